@@ -101,6 +101,8 @@ class LLMServer:
         self.aborts: list[dict[str, Any]] = []
         #: tokens streamed, in all
         self.tokens_streamed = 0
+        #: tokens streamed, by request index
+        self.streamed: dict[int, int] = {}
         self.policy = policy
         #: extra POST routes: path -> handler(body) -> JSON answer (a trainer's weight push)
         self.routes = dict(routes or {})
@@ -114,6 +116,9 @@ class LLMServer:
         #: POSTs without messages or prompt, answered 400 before sampling (no step), as vLLM does
         self.bodiless = 0
         self._lock = threading.Lock()
+        # the index of the request this handler thread recorded last: its stream's id, taken
+        # when the request came, not when its step was chosen (a policy may wait for others)
+        self._asked = threading.local()
         # Set at shutdown so a sleeping step ends instead of holding a thread.
         self._closing = threading.Event()
         self._httpd = _Listener(("127.0.0.1", 0), _handler(self))
@@ -147,6 +152,7 @@ class LLMServer:
             entry = {"body": body, "time": time.monotonic(), "step": step, "authorization": authorization,
                      "headers": dict(headers or {}), "path": path}
             self.requests.append(entry)
+            self._asked.index = len(self.requests) - 1
         if step is None:
             if self.policy is None:
                 raise AssertionError("the llm server's script ran out and it has no policy")
@@ -200,10 +206,10 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                                     {k.lower(): v for k, v in self.headers.items()}, self.path.rstrip("/"))
             try:
                 if body.get("stream") and "chunks" in step:
-                    self._stream_chunks(step, body, len(server.requests) - 1)
+                    self._stream_chunks(step, body, server._asked.index)
                 elif (body.get("stream") and ("reply" in step or "tool_calls" in step) and "sleep" not in step
                         and not step.get("ignore_stream")):
-                    self._stream(step, body, len(server.requests) - 1)
+                    self._stream(step, body, server._asked.index)
                 elif self.path.rstrip("/") == "/v1/completions":
                     self._answer_completion(step, body)
                 else:
@@ -334,6 +340,7 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                         sent += 1
                         with server._lock:
                             server.tokens_streamed += 1
+                            server.streamed[index] = sent
                 usage = step.get("usage") or {"prompt_tokens": 10, "completion_tokens": len(pieces)}
                 self._event({"id": f"cmpl-{index}", "choices": [], "usage": usage})
                 self.wfile.write(b"data: [DONE]\n\n")

@@ -6,6 +6,7 @@ member's request is aborted without killing its worker."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -69,15 +70,29 @@ def gate():
 
 @pytest.mark.parametrize("partial", [False, True], ids=["regenerate", "partial"])
 def test_suspend_aborts_eight_turns_at_the_server(gate, llm_server, partial):
-    server = llm_server(policy=continuing, token_rate=40)  # 58 tokens: about 1.5 s a reply
+    asked = threading.Event()
+    first = itertools.count()
+
+    def held(body):
+        # the first eight replies begin when all eight requests are at the server, and take
+        # about 6 s: under load, the first ends neither before the last request begins (then
+        # eight were never in flight at once) nor before the suspend
+        if next(first) < 8:
+            asked.wait(60)
+            return {**continuing(body), "token_rate": 10}
+        return continuing(body)
+
+    server = llm_server(policy=held, token_rate=40)  # after the update, 58 tokens: about 1.5 s a reply
     agents = [_agent(server.url, gate, partial_rollout=partial) for _ in range(8)]
     results: list = []
     threads = [threading.Thread(target=lambda a=a: results.append(a.act(OBSERVATION)), daemon=True)
                for a in agents]
     for thread in threads:
         thread.start()
-    _wait(lambda: gate.in_flight == 8 and server.tokens_streamed >= 8 * 5)
-    time.sleep(0.2)  # every stream has sent a few tokens
+    _wait(lambda: len(server.requests) == 8, timeout=60)
+    asked.set()
+    # every stream has sent a few tokens
+    _wait(lambda: gate.in_flight == 8 and len(server.streamed) == 8 and min(server.streamed.values()) >= 3)
     started = time.monotonic()
     gate.suspend(abort=True)
     assert time.monotonic() - started < 1.0
