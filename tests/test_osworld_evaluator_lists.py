@@ -89,6 +89,14 @@ MISTAKES = {
                                 "evaluator metric 'compare_table': its options 'rules'[0] of type 'sheet_name' "
                                 "compares the sheets' names with the expected workbook's, and the metric is given "
                                 "no 'expected' getter"),
+    # a key nothing reads: "or" was taken for "and", a table ran without its options
+    "conj-misspelled": (TABLES, lambda ev: _set(ev, "conjunction", ev.pop("conj")),
+                        "evaluator has the key 'conjunction', which nothing reads: did you mean 'conj'? "
+                        "(a comment's key starts with '_')"),
+    "options-misspelled": (TABLES, lambda ev: _set(ev, "option", ev.pop("options")),
+                           "evaluator has the key 'option', which nothing reads: did you mean 'options'?"),
+    "func-misspelled": (SINGLE, lambda ev: _set(ev, "fnuc", "exact_match"),
+                        "evaluator has the key 'fnuc', which nothing reads: did you mean 'func'?"),
     # one metric is named as it was: no list, no index
     "single-rule-key": (SINGLE, lambda ev: ev["expected"]["rules"].pop("expected"),
                         "evaluator expected getter 'rule' of metric 'exact_match': its 'rules' needs the key "
@@ -127,6 +135,7 @@ def test_the_real_tasks_broken_here_load_as_they_are(tmp_path):
     sources = {source for source, _, _ in MISTAKES.values()}
     tasks = {Path(source).stem: {**json.loads((EXAMPLES / "examples" / source).read_text()),
                                  "domain": source.split("/")[0]} for source in sources}
+    tasks[Path(SINGLE).stem]["evaluator"]["_note"] = "a comment's key, which nothing reads, loads"
     folder = osworld_folder(tmp_path, tasks) / "evaluation_examples"
     done = run_cli("--data", str(folder), "--dry-run", *MODEL_AGENT)
     assert done.returncode == 0, said(done)

@@ -15,10 +15,10 @@ from typing import Any
 from .getters import GETTERS
 from .metrics import METRICS
 from .option_keys import option_problem
-from .rule_keys import RULE_GETTERS, MalformedRule, kind_of, rule_problem, task_rules
+from .rule_keys import RULE_GETTERS, MalformedRule, kind_of, rule_problem, task_rules, unread_hint
 from .rule_methods import table_rules_problem, value_rules_problem
 
-__all__ = ["GETTERS", "METRICS", "normalized", "check_evaluator", "call_problem", "combine", "metric_named"]
+__all__ = ["GETTERS", "METRICS", "normalized", "check_evaluator", "call_problem", "combine", "metric_named", "EVALUATOR_KEYS"]
 
 #: the fields a getter reads from its config without a default, as OSWorld's own do: one
 #: missing is the task file's error, which failed every attempt's grading (a KeyError taken
@@ -113,12 +113,28 @@ def _lists_problem(evaluator: dict) -> str | None:
     return None
 
 
+#: the keys of an evaluator OSWorld reads; one starting with "_" is a comment (1 real task's ``_config_note``)
+EVALUATOR_KEYS = ("func", "result", "expected", "options", "conj", "postconfig")
+
+
+def _keys_problem(evaluator: dict) -> str | None:
+    """An evaluator key nothing reads: a misspelled ``conj`` ("conjunction": "or") combined the
+    scores under "and", an ``option`` ran the metric without its options."""
+    for key in evaluator:
+        if not isinstance(key, str) or key in EVALUATOR_KEYS or key.startswith("_"):
+            continue
+        near = next((known for known in EVALUATOR_KEYS if key.startswith(known) or known.startswith(key)), None)
+        hint = f"did you mean {near!r}?" if near else unread_hint(key, list(EVALUATOR_KEYS))
+        return f"evaluator has the key {key!r}, which nothing reads: {hint} (a comment's key starts with '_')"
+    return None
+
+
 def check_evaluator(evaluator: Any) -> None:
     """ValueError naming the first malformed piece of an evaluator (a metric of a list by its
     index), or every unsupported one."""
     if not isinstance(evaluator, dict):
         raise ValueError("field 'evaluator' must be an object")
-    problem = _lists_problem(evaluator)
+    problem = _keys_problem(evaluator) or _lists_problem(evaluator)
     if problem:
         raise ValueError(problem)
     if evaluator.get("conj", "and") not in ("and", "or"):
