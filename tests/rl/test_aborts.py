@@ -61,6 +61,29 @@ def _wait(predicate, timeout: float = 10.0) -> None:
         time.sleep(0.005)
 
 
+def _held(count: int):
+    """A policy whose first ``count`` replies begin when the test sets the event it returns
+    (once it has seen all ``count`` requests) and stream at 10 tokens a second (about 8 s a
+    reply): under load the first then ends neither before the last request begins (``count``
+    were never in flight at once) nor before the test's suspend. Later replies (after the
+    update) stream at the server's rate."""
+    asked = threading.Event()
+    first = itertools.count()
+
+    def policy(body):
+        if next(first) < count:
+            asked.wait(60)
+            return {**continuing(body), "token_rate": 10}
+        return continuing(body)
+
+    return policy, asked
+
+
+def _each_streamed(server, count: int, tokens: int = 3) -> bool:
+    """Each of the first ``count`` requests' streams has sent ``tokens`` tokens."""
+    return all(server.streamed.get(index, 0) >= tokens for index in range(count))
+
+
 @pytest.fixture
 def gate():
     gate = PolicyGate(version=6)
@@ -70,19 +93,8 @@ def gate():
 
 @pytest.mark.parametrize("partial", [False, True], ids=["regenerate", "partial"])
 def test_suspend_aborts_eight_turns_at_the_server(gate, llm_server, partial):
-    asked = threading.Event()
-    first = itertools.count()
-
-    def held(body):
-        # the first eight replies begin when all eight requests are at the server, and take
-        # about 6 s: under load, the first ends neither before the last request begins (then
-        # eight were never in flight at once) nor before the suspend
-        if next(first) < 8:
-            asked.wait(60)
-            return {**continuing(body), "token_rate": 10}
-        return continuing(body)
-
-    server = llm_server(policy=held, token_rate=40)  # after the update, 58 tokens: about 1.5 s a reply
+    policy, asked = _held(8)
+    server = llm_server(policy=policy, token_rate=40)  # after the update, 76 tokens: about 2 s a reply
     agents = [_agent(server.url, gate, partial_rollout=partial) for _ in range(8)]
     results: list = []
     threads = [threading.Thread(target=lambda a=a: results.append(a.act(OBSERVATION)), daemon=True)
@@ -91,8 +103,7 @@ def test_suspend_aborts_eight_turns_at_the_server(gate, llm_server, partial):
         thread.start()
     _wait(lambda: len(server.requests) == 8, timeout=60)
     asked.set()
-    # every stream has sent a few tokens
-    _wait(lambda: gate.in_flight == 8 and len(server.streamed) == 8 and min(server.streamed.values()) >= 3)
+    _wait(lambda: gate.in_flight == 8 and _each_streamed(server, 8))
     started = time.monotonic()
     gate.suspend(abort=True)
     assert time.monotonic() - started < 1.0
@@ -131,7 +142,8 @@ def test_a_scheduler_aborts_eight_env_loops_mid_turn(tmp_path, llm_server, sched
     suspend(abort=True) returns within a second and the server logs 8 aborts within a second;
     nothing starts while suspended; after resume(7) every turn completes (regenerated at 7,
     or continued: versions [6…, 7…]) and no attempt spent a retry."""
-    server = llm_server(policy=continuing, token_rate=20)  # 58 tokens: about 3 s a reply
+    policy, asked = _held(8)
+    server = llm_server(policy=policy, token_rate=20)  # after the update, 76 tokens: about 4 s a reply
     train = schedulers(rl_config(tmp_path, server, num_rollouts=2, envs_per_worker=4, partial_rollout=partial,
                                  max_retries=1),
                        EnvManagerConfig(num_env_groups=2, group_size=4, tags=["tiny"],
@@ -141,7 +153,8 @@ def test_a_scheduler_aborts_eight_env_loops_mid_turn(tmp_path, llm_server, sched
     thread = threading.Thread(target=lambda: got.append(train.get_batch(batch_size=8, step=0)), daemon=True)
     thread.start()
     _wait(lambda: len(server.requests) == 8, timeout=120)  # every loop is in its first model request
-    _wait(lambda: time.monotonic() - server.requests[-1]["time"] > 0.3)  # each has streamed a few tokens
+    asked.set()
+    _wait(lambda: _each_streamed(server, 8))
     assert not server.aborts
     started = time.monotonic()
     train.suspend(abort=True)
