@@ -97,6 +97,15 @@ MISTAKES = {
                            "evaluator has the key 'option', which nothing reads: did you mean 'options'?"),
     "func-misspelled": (SINGLE, lambda ev: _set(ev, "fnuc", "exact_match"),
                         "evaluator has the key 'fnuc', which nothing reads: did you mean 'func'?"),
+    # a string where the metric iterates a list: match_in_list tested a substring, the others letters
+    "first-rule-string": ("chrome/93eabf48-6a27-4cb6-b963-7d5fe1e0d3a9.json",
+                          lambda ev: ev["expected"][0]["rules"].update(expected="Bing"),
+                          "evaluator.expected[0] getter 'rule' of evaluator.func[0] (match_in_list): its 'rules' "
+                          "key 'expected' must be a list, not a string"),
+    "favorites-string": ("os/ec4e3f68-9ea4-4c18-a5c9-69f89d1178b3.json",
+                         lambda ev: ev["expected"]["rules"].update(expected="google-chrome.desktop"),
+                         "evaluator expected getter 'rule' of metric 'check_gnome_favorite_apps': its 'rules' key "
+                         "'expected' must be a list, not a string"),
     # one metric is named as it was: no list, no index
     "single-rule-key": (SINGLE, lambda ev: ev["expected"]["rules"].pop("expected"),
                         "evaluator expected getter 'rule' of metric 'exact_match': its 'rules' needs the key "

@@ -84,11 +84,12 @@ _EXPECT_LISTS = RuleShape(any_of=("expect", "unexpect"), lists=("expect", "unexp
 #: metric name -> the rule it reads, from each metric's code in ``metrics/``
 RULE_SHAPES: dict[str, RuleShape] = {
     **{name: _needs("expected") for name in (
-        "exact_match", "match_in_list", "is_in_list", "fuzzy_match", "compare_answer", "compare_config",
-        "check_gnome_favorite_apps", "check_moved_jpgs", "check_json_keybindings", "check_line_number",
-        "compare_conference_city_in_order", "fuzzy_place_math", "check_direct_json_object")},
+        "exact_match", "is_in_list", "fuzzy_match", "compare_answer", "compare_config",
+        "check_json_keybindings", "check_line_number", "check_direct_json_object")},
+    # each iterates its expected list: a string's letters were the list (match_in_list's a substring test)
     **{name: _needs("expected", lists=("expected",)) for name in (
-        "file_contains", "is_expected_url_pattern_match", "is_expected_installed_extensions")},
+        "file_contains", "is_expected_url_pattern_match", "is_expected_installed_extensions", "match_in_list",
+        "check_gnome_favorite_apps", "check_moved_jpgs", "compare_conference_city_in_order", "fuzzy_place_math")},
     "check_json_settings": _needs("expected"),
     "check_include_exclude": _INCLUDE,
     "check_list": _EXPECT_LISTS, "check_csv": _EXPECT_LISTS, "check_thunderbird_filter": _EXPECT_LISTS,
