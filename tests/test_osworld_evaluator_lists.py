@@ -53,7 +53,9 @@ MISTAKES = {
                             "evaluator.options[1] must be an object (the options of evaluator.func[1] "
                             "(compare_table)), not a list"),
     "misspelled-metric": (TABLES, lambda ev: ev["func"].__setitem__(1, "compare_tabel"),
-                          "unknown metric 'compare_tabel' (did you mean 'compare_table'?)"),
+                          "unknown metric 'compare_tabel' in evaluator.func[1] (did you mean 'compare_table'?)"),
+    "misspelled-getter": (TABLES, lambda ev: ev["expected"][2].update(type="cloud_flie"),
+                          "unknown getter 'cloud_flie' in evaluator.expected[2] (did you mean 'cloud_file'?)"),
     "conj-xor": (TABLES, lambda ev: _set(ev, "conj", "xor"), "evaluator 'conj' must be 'and' or 'or', got 'xor'"),
     "fewer-results": (TABLES, lambda ev: ev["result"].pop(),
                       "evaluator 'result' must be a list as long as 'func' (3 metrics), one for each: it has 2"),

@@ -107,15 +107,32 @@ def typo_of(kind: str, name: str) -> str | None:
     return close[0] if close else None
 
 
+def _listed_at(payload: Mapping[str, Any], kind: str, name: str) -> list[str]:
+    """Where a metric or getter ``name`` stands in the evaluator's lists, as the task file
+    spells them (``evaluator.func[1]``, ``evaluator.result[2]``); [] when it is not in one."""
+    evaluator = payload.get("evaluator") if isinstance(payload.get("evaluator"), dict) else {}
+    if kind == "metric":
+        funcs = evaluator.get("func")
+        return [f"evaluator.func[{i}]" for i, func in enumerate(funcs) if func == name] \
+            if isinstance(funcs, list) else []
+    if kind != "getter":
+        return []
+    return [f"evaluator.{role}[{i}]" for role in ("result", "expected")
+            if isinstance(evaluator.get(role), list)
+            for i, getter in enumerate(evaluator[role]) if isinstance(getter, dict) and getter.get("type") == name]
+
+
 def typos(payload: Mapping[str, Any]) -> list[str]:
     """Each unsupported step, getter or metric name of one task that reads as a typo of a
-    supported one, with it: a task that would otherwise be skipped as unsupported, scored 0."""
+    supported one, with it (and, in a list of metrics or getters, its index): a task that
+    would otherwise be skipped as unsupported, scored 0."""
     found = []
     for feature in unsupported(payload):
         kind, name = feature.split(" ", 1)
         meant = typo_of(kind, name)
         if meant is not None:
-            found.append(f"{kind} {name!r} (did you mean {meant!r}?)")
+            where = " and ".join(_listed_at(payload, kind, name))
+            found.append(f"{kind} {name!r}{f' in {where}' if where else ''} (did you mean {meant!r}?)")
     return found
 
 
