@@ -159,3 +159,25 @@ def test_an_unknown_mode_or_agent_names_where_it_was_set(tmp_path, setting):
         assert f"unknown {setting} 'nosuch' (the environment variable {variable}); known {kind}:" in said, said
         said = invoke(tmp_path, f"--{setting}", "nosuch", *dry_run, mode=mode)
         assert f"unknown {setting} 'nosuch' (--{setting}); known {kind}:" in said, said
+
+
+@pytest.mark.parametrize("args, env, said", [
+    (["image", "build", "--provider", "nosuch"], {}, "(--provider)"),
+    (["image", "build", "--provider-name=nosuch"], {}, "(--provider-name)"),
+    (["image", "build"], {"PARALLEL_ROLLOUT_IMAGE_BUILD_PROVIDER_NAME": "nosuch"},
+     "(the environment variable PARALLEL_ROLLOUT_IMAGE_BUILD_PROVIDER_NAME)"),
+    (["vms", "sweep", "--provider", "nosuch"], {}, "(--provider)"),
+    (["vms", "sweep", "--provider-name", "nosuch", "--run-id", "pr-none"], {}, "(--provider-name)"),
+    (["vms", "sweep"], {"PARALLEL_ROLLOUT_VMS_SWEEP_PROVIDER_NAME": "nosuch"},
+     "(the environment variable PARALLEL_ROLLOUT_VMS_SWEEP_PROVIDER_NAME)"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_image_build_and_vms_sweep_name_an_unknown_provider_as_typed(args, env, said):
+    """`image build --provider nosuch` and `vms sweep --provider nosuch` said "unknown provider
+    'nosuch'" without the flag, where `run --provider nosuch` names it: now as run does, with
+    the known providers, exit 2."""
+    result = CliRunner().invoke(main, args, env=env)
+    assert result.exit_code == 2, (result.output, result.exception)
+    out = flat(result.output)
+    assert f"unknown provider 'nosuch' {said}; known providers: docker, process" in out, out
+    ran = CliRunner().invoke(main, ["run", "--mode", "shell", "--data", "x.jsonl", "--provider", "nosuch"])
+    assert ran.exit_code == result.exit_code, ran.output

@@ -43,8 +43,9 @@ from click.core import ParameterSource
 
 from .config import RunConfig, build_config
 from .errors import ConfigError, InterruptedBeforeStart, ProviderUnavailable, RunLocked, VMError, raise_interrupted
-from .cli_options import (ENV_PREFIX, Gate, LazyHelpOption, RegistryOption, RunCommand, dataset_help, env_var_name,
-                          help_sections, invoked_as, name_variables_after_flags, typed_sources)
+from .cli_options import (ENV_PREFIX, Gate, LazyHelpOption, RegistryOption, RunCommand, TypedFlagsCommand,
+                          dataset_help, env_var_name, given_as, help_sections, invoked_as, name_variables_after_flags,
+                          typed_sources)
 from .exit_codes import EXIT_ABORTED, EXIT_INTERRUPTED, EXIT_LOCKED, EXIT_USAGE
 from .logs import console_logging, devnull_for_closed_streams, say
 from .cli_runs import compare_cmd, report_cmd, runs
@@ -372,19 +373,21 @@ def image() -> None:
     """Build the guest images that VM providers boot (docker, qemu)."""
 
 
-@image.command("build")
+@image.command("build", cls=TypedFlagsCommand)
 @click.option("--provider", "--provider-name", "provider_name", required=True, help="Whose image: docker or qemu.")
 @click.option("--force", is_flag=True, help="Rebuild even when a cached image exists.")
 @click.option("--desktop", is_flag=True,
               help="The image of desktop modes (osworld): adds Xvfb, openbox, xterm, mousepad, "
                    "pcmanfm, xdotool, wmctrl, ffmpeg, AT-SPI, LibreOffice (Writer, Calc, Impress), "
                    "Chromium, GIMP, VLC, Thunderbird and ImageMagick (a 1.9 GB docker image).")
-def image_build(provider_name: str, force: bool, desktop: bool) -> None:
+@click.pass_context
+def image_build(ctx: click.Context, provider_name: str, force: bool, desktop: bool) -> None:
     """Build the guest image (Debian from Debian's packages, python3, the guest agent) and cache it."""
     from .pool.providers import get_provider
 
+    provider = get_provider(provider_name, given_as(ctx, "provider_name"))  # unknown: exit 2, as run's
     try:
-        where = get_provider(provider_name).build_image(
+        where = provider.build_image(
             force=force, desktop=desktop, log=lambda line: click.echo(line, err=True))
     except (ProviderUnavailable, VMError) as exc:
         raise click.ClickException(f"image build failed: {exc}") from None
@@ -396,14 +399,15 @@ def vms() -> None:
     """Inspect and clean up VMs."""
 
 
-@vms.command()
+@vms.command(cls=TypedFlagsCommand)
 @click.option("--provider-name", "--provider", default="process", show_default=True,
               help="Which provider's VMs to sweep.")
 @click.option("--run-id", help="Only the VMs of this run (default: every run's); a live run's VMs are never removed.")
 @click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="local: this host; ray: every node of the Ray cluster.")
 @click.option("--ray-address", help="--backend ray: 'auto' or HOST:PORT (default: a local Ray instance).")
-def sweep(provider_name: str, run_id: str | None, backend: str, ray_address: str | None) -> None:
+@click.pass_context
+def sweep(ctx: click.Context, provider_name: str, run_id: str | None, backend: str, ray_address: str | None) -> None:
     """Remove VMs (sandboxes, containers…) left behind by runs that were killed; the VMs of a
     run that is still going stay."""
     from .backends import sweep as sweep_vms
@@ -411,7 +415,7 @@ def sweep(provider_name: str, run_id: str | None, backend: str, ray_address: str
     if ray_address is not None and backend != "ray":
         raise ConfigError("--ray-address needs --backend ray")
     try:
-        removed = sweep_vms(provider_name, run_id, backend, ray_address)
+        removed = sweep_vms(provider_name, run_id, backend, ray_address, said=given_as(ctx, "provider_name"))
     except ProviderUnavailable as exc:
         # no docker CLI or daemon: said as a run says it (2), not a traceback
         say(f"Error: {exc}", err=True)

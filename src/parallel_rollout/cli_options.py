@@ -273,10 +273,42 @@ def typed_sources(ctx: click.Context, explicit: dict[str, Any]) -> dict[str, str
 
 
 def env_var_name(ctx: click.Context, param: click.Parameter) -> str:
-    """The environment variable a parameter is read from."""
+    """The environment variable a parameter is read from: of several, the first set, the one
+    click reads (``image build --provider``: ..._PROVIDER, then ..._PROVIDER_NAME)."""
+    if isinstance(param.envvar, str):
+        return param.envvar
     if param.envvar:
-        return param.envvar if isinstance(param.envvar, str) else param.envvar[0]
+        return next((name for name in param.envvar if os.environ.get(name)), param.envvar[0])
     return f"{ctx.auto_envvar_prefix}_{(param.name or '').upper()}"
+
+
+class TypedFlagsCommand(click.Command):
+    """A command other than ``run`` whose errors name a flag as the user gave it (``given_as``)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Note each flag typed in another spelling (``--provider``), then parse."""
+        aliases = flag_aliases(self)
+        typed = {}
+        for arg in args:
+            if arg == "--":
+                break
+            flag = arg.partition("=")[0]
+            typed[aliases.get(flag, flag)] = flag
+        ctx.meta[TYPED] = typed
+        return super().parse_args(ctx, args)
+
+
+def given_as(ctx: click.Context, name: str) -> str | None:
+    """How the user gave parameter ``name`` of a ``TypedFlagsCommand``: its flag as typed
+    (``--provider``), or the environment variable that held it; None for its default."""
+    param = next(param for param in ctx.command.params if param.name == name)
+    source = ctx.get_parameter_source(name)
+    if source is ParameterSource.ENVIRONMENT:
+        return f"the environment variable {env_var_name(ctx, param)}"
+    if source is ParameterSource.COMMANDLINE:
+        typed = ctx.meta.get(TYPED, {})
+        return next((typed[opt] for opt in param.opts if opt in typed), param.opts[0])
+    return None
 
 
 class RunCommand(click.Command):

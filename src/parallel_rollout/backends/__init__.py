@@ -25,16 +25,18 @@ def make_backend(spec: BackendSpec, hooks: EngineHooks) -> Backend:
 
 
 def sweep(provider_name: str, run_id: str | None, backend: str = "local",
-          ray_address: str | None = None) -> list[str]:
+          ray_address: str | None = None, said: str | None = None) -> list[str]:
     """Remove a provider's leftover VMs on this host (local) or on every node (ray): those
     whose run is gone, of every run or of ``run_id``; a live run's are never touched (a run
     id names one run in one output folder or several: `vms sweep --run-id X` beside a live X
-    removed its VMs and failed its tasks)."""
+    removed its VMs and failed its tasks). An unknown provider is a ConfigError naming the
+    setting that gave it as ``said`` (``--provider``), on either backend."""
+    from ..pool.providers import get_provider
+
+    provider = get_provider(provider_name, said)
     if backend == "ray":
         check_ray()
         from .ray_backend import sweep_cluster
 
         return sweep_cluster(provider_name, run_id, ray_address)
-    from ..pool.providers import get_provider
-
-    return get_provider(provider_name).sweep(run_id, orphans_only=True)
+    return provider.sweep(run_id, orphans_only=True)
