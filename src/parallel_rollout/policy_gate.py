@@ -71,6 +71,12 @@ __all__ = ["GATE_FOLDER_PREFIX", "GateClient", "PolicyGate", "whole_number_from"
 #: request "in flight" there and a ``suspend()`` with it
 GATE_FOLDER_PREFIX = "pr-gate-"
 
+#: how many settled samples (``forget``) the gate remembers, newest kept: a request of one
+#: that begins after it was settled (it waited at a suspended gate, or the drop's cancel had
+#: yet to reach its agent) keeps nothing at its "end". Such a request comes within a cancel's
+#: reach of the settling, not thousands of settled samples later
+SETTLED_REMEMBERED = 16384
+
 
 class PolicyGate:
     """The trainer's side: open/suspended, the policy version, requests in flight."""
@@ -92,6 +98,9 @@ class PolicyGate:
         self._peers: dict[int, tuple[socket.socket, str | None]] = {}
         #: sample key -> the oldest policy version its requests got
         self._oldest: dict[str, int] = {}
+        #: the samples settled last (``SETTLED_REMEMBERED``), in the order settled: a dict as
+        #: an ordered set
+        self._settled: dict[str, None] = {}
         #: requests let through, those that ended keeping tokens of a reply (the model
         #: answered: "end <kept>"), and replies thrown away after an abort
         self.requests = 0
@@ -168,9 +177,13 @@ class PolicyGate:
     def forget(self, key: str) -> None:
         """Drop what is kept of sample ``key`` (it is settled), and what a request of it still
         in flight would keep at its "end" (a dropped group's member the cancel has yet to
-        reach): it came back, kept for the life of the gate."""
+        reach), or a request of it that begins later: it came back, kept for the life of the gate."""
         with self._cond:
             self._oldest.pop(key, None)
+            self._settled.pop(key, None)
+            self._settled[key] = None
+            if len(self._settled) > SETTLED_REMEMBERED:
+                del self._settled[next(iter(self._settled))]
             for ident, (conn, sample) in list(self._peers.items()):
                 if sample == key:
                     self._peers[ident] = (conn, None)
@@ -303,7 +316,8 @@ class PolicyGate:
                         if _hung_up(conn):  # cancelled while it waited: no request starts
                             return
                         self._in_flight.add(ident)
-                        self._peers[ident] = (conn, key or None)
+                        # a settled sample's late request keeps nothing at its end (``forget``)
+                        self._peers[ident] = (conn, key if key and key not in self._settled else None)
                         self.requests += 1
                         self._askers[ident] = _asker(key)
                         self._requests_by[self._askers[ident]] += 1

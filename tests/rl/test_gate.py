@@ -347,3 +347,31 @@ def test_a_request_that_ends_after_its_sample_was_forgotten_is_not_kept(gate):
     client.end(kept=3)
     assert gate.oldest_version("train:tiny/g1/e1/m0") == 3
     client.close()
+
+
+def test_a_request_that_begins_after_its_sample_was_settled_keeps_nothing(gate):
+    """A request of a settled sample that begins only after ``PolicyGate.forget``: one that
+    waited at the suspended gate while its group was dropped, one whose agent the drop's
+    cancel had yet to reach. Its "end <kept>" must not bring the sample back for the life of
+    the gate, nor its "begin" make it a sample in flight that a weight update judges."""
+    gate.suspend()
+    waiting, late = GateClient(gate.path, gate.key), GateClient(gate.path, gate.key)
+    got: list[tuple[int, float]] = []
+    thread = threading.Thread(target=lambda: got.append(waiting.begin("train:tiny/g2/e2/m0")), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not gate._conns:  # its connection is at the gate, its "begin" waiting or on its way
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    gate.forget("train:tiny/g2/e2/m0")
+    gate.forget("train:tiny/g2/e2/m1")
+    gate.resume(4)
+    thread.join(5)
+    assert got and got[0][0] == 4
+    assert late.begin("train:tiny/g2/e2/m1")[0] == 4
+    assert gate.advance(5) == (4, set())  # neither is a sample in flight of the old version
+    assert waiting.end(kept=4) is False and late.end(kept=4) is False
+    assert gate.oldest_version("train:tiny/g2/e2/m0") is None and gate.oldest_version("train:tiny/g2/e2/m1") is None
+    assert not gate._oldest
+    waiting.close()
+    late.close()
