@@ -118,10 +118,10 @@ def test_the_audit_sees_an_option_that_only_a_sibling_metric_reads_as_unread():
 
 
 
-def _keys_read(func, keys: set[str], seen: set) -> None:
-    """The keys ``func`` reads from its ``options`` dict (``options.get(K)``, ``.pop(K)``,
+def _keys_read(func, keys: set[str], seen: set, dict_name: str = "options") -> None:
+    """The keys ``func`` reads from its dict ``dict_name`` (``options.get(K)``, ``.pop(K)``,
     ``options[K]``, ``f"examine_{name}"`` over a constant's names), and those of the package
-    helpers it hands ``options`` to."""
+    helpers it hands that dict to (a getter's ``config`` the same)."""
     if func in seen:
         return
     seen.add(func)
@@ -140,7 +140,7 @@ def _keys_read(func, keys: set[str], seen: set) -> None:
         raise AssertionError(f"{func.__name__} reads an option the audit cannot spell: {ast.dump(node)}")
 
     def is_options(node) -> bool:
-        return isinstance(node, ast.Name) and node.id == "options"
+        return isinstance(node, ast.Name) and node.id == dict_name
 
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("get", "pop") \
@@ -152,7 +152,7 @@ def _keys_read(func, keys: set[str], seen: set) -> None:
                 any(is_options(arg) for arg in node.args) or any(is_options(kw.value) for kw in node.keywords)):
             helper = func.__globals__.get(node.func.id)
             if inspect.isfunction(helper) and helper.__module__.startswith("parallel_rollout.envs.osworld"):
-                _keys_read(helper, keys, seen)
+                _keys_read(helper, keys, seen, dict_name)
 
 
 def test_the_options_listed_are_the_ones_each_metrics_code_reads():

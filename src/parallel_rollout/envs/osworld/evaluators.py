@@ -12,6 +12,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
+from .getter_keys import FIELDS as GETTER_FIELDS, key_problem
 from .getters import GETTERS
 from .metrics import METRICS
 from .option_keys import option_problem
@@ -19,25 +20,6 @@ from .rule_keys import RULE_GETTERS, MalformedRule, kind_of, rule_problem, task_
 from .rule_methods import table_rules_problem, value_rules_problem
 
 __all__ = ["GETTERS", "METRICS", "normalized", "check_evaluator", "call_problem", "combine", "metric_named", "EVALUATOR_KEYS"]
-
-#: the fields a getter reads from its config without a default, as OSWorld's own do: one
-#: missing is the task file's error, which failed every attempt's grading (a KeyError taken
-#: for the agent's output failing the metric: reward 0, the run's exit 0)
-_DEST = ("dest",)
-GETTER_FIELDS = {"vm_file": ("path",), "cloud_file": ("path",), "cache_file": ("path",),
-                 "vm_command_line": ("command",), "vm_command_error": ("command",), "rule": ("rules",),
-                 "content_from_vm_file": ("path", "file_type", "file_content"),
-                 "rule_relativeTime": ("rules",),
-                 **dict.fromkeys(("cookie_data", "history", "vlc_config", "vlc_playing_info", "vm_wallpaper"), _DEST),
-                 "gimp_config_file": ("dest", "file_name"), "vscode_config": ("path", "dest", "vscode_extension_command"),
-                 "pdf_from_url": ("path", "dest"), "list_directory": ("path",), "page_info": ("url",),
-                 "info_from_website": ("url",), "vm_window_size": ("app_class_name",),
-                 "audio_in_slide": ("ppt_file_path", "slide_index"),
-                 "background_image_in_slide": ("ppt_file_path", "slide_index"),
-                 "active_tab_html_parse": ("category",), "active_tab_url_parse": ("parse_keys",),
-                 "url_path_parse": ("parse_keys",), "url_dashPart": ("partIndex", "returnType", "key"),
-                 "gotoRecreationPage_and_get_html_content": ("class",)}
-
 
 # ------------------------------------------------------------------------- structure
 
@@ -161,6 +143,10 @@ def check_evaluator(evaluator: Any) -> None:
                 if name not in getter:
                     raise ValueError(f"{place.piece(role)} getter {getter['type']!r} of {place.metric} "
                                      f"needs the field {name!r}")
+            # a key the getter does not read (a typo of 'multi') was ignored: the wrong state scored
+            problem = key_problem(getter) if getter["type"] in GETTERS else None
+            if problem:
+                raise ValueError(f"{place.piece(role)} getter {getter['type']!r} of {place.metric} {problem}")
             # the rule is the task's: a key its metric reads missing failed every grading, a 0
             problem = rule_problem(func, getter["rules"]) or value_rules_problem(func, getter["rules"]) \
                 if role == "expected" and getter["type"] in RULE_GETTERS else None

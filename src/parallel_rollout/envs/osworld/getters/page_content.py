@@ -145,7 +145,11 @@ def get_gotoRecreationPage_and_get_html_content(env, config: dict) -> dict:
     """OSWorld's recreation.gov walk: search "Diamond", open the first highlighted result (a
     new tab), press "next available", then read the ``class`` element's text (the
     ``order``-th one): ``{"expected": {class: text}}``, ``__EVALUATION_FAILED__`` when the
-    walk or the read fails. ``config["url"]`` may stand in for the site (tests)."""
+    walk or the read fails. ``config["url"]`` may stand in for the site (tests). OSWorld's
+    ``selector`` names how the element is picked: by ``class``, its one way (the load refuses
+    another)."""
+    if config.get("selector", "class") != "class":
+        raise ValueError(f"gotoRecreationPage_and_get_html_content picks by 'class', not {config['selector']!r}")
     name = config["class"]
     steps = [{"kind": "fill", "selector": "input#hero-search-input", "value": "Diamond"},
              {"kind": "click", "selector": "button.nav-search-button"},

@@ -1,0 +1,87 @@
+"""The keys each getter reads from its config, and a task file's getter key that none reads,
+refused at load.
+
+A getter is called with its whole config (``getter(env, config)``) and reads the keys it
+knows, most of them with a default: a key it does not read (a typo, ``"mutli": true`` for a
+``vm_file``'s ``multi``, ``"give"`` for ``gives``) was silently ignored, the getter fetched
+one file where the task meant several, and the metric scored the agent on the wrong state
+with nothing saying why. :data:`FIELDS` are the keys a getter reads without a default (one
+missing failed every grading), :data:`OPTIONAL` those it reads with one; :func:`key_problem`
+names a key in neither (and the nearest one the getter reads) as the folder loads. A key
+starting with ``_`` is a comment, as in the evaluator. tests/test_osworld_getter_keys.py
+checks both lists against each getter's code and the 369 real tasks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .rule_keys import unread_hint
+
+__all__ = ["FIELDS", "OPTIONAL", "VALUES", "key_problem", "reads"]
+
+_DEST = ("dest",)
+#: getter type -> the keys it reads without a default, as OSWorld's own do: one missing is the
+#: task file's error, which failed every attempt's grading (a KeyError taken for the agent's
+#: output failing the metric: reward 0, the run's exit 0)
+FIELDS: dict[str, tuple[str, ...]] = {
+    "vm_file": ("path",), "cloud_file": ("path",), "cache_file": ("path",),
+    "vm_command_line": ("command",), "vm_command_error": ("command",), "rule": ("rules",),
+    "content_from_vm_file": ("path", "file_type", "file_content"),
+    "rule_relativeTime": ("rules",),
+    **dict.fromkeys(("cookie_data", "history", "vlc_config", "vlc_playing_info", "vm_wallpaper", "googledrive_file"),
+                    _DEST),
+    "gimp_config_file": ("dest", "file_name"), "vscode_config": ("path", "dest", "vscode_extension_command"),
+    "pdf_from_url": ("path", "dest"), "list_directory": ("path",), "page_info": ("url",),
+    "info_from_website": ("url",), "vm_window_size": ("app_class_name",),
+    "audio_in_slide": ("ppt_file_path", "slide_index"),
+    "background_image_in_slide": ("ppt_file_path", "slide_index"),
+    "active_tab_html_parse": ("category",), "active_tab_url_parse": ("parse_keys",),
+    "url_path_parse": ("parse_keys",), "url_dashPart": ("partIndex", "returnType", "key"),
+    "gotoRecreationPage_and_get_html_content": ("class",)}
+
+_FILES = ("dest", "multi", "gives")
+_COMMAND = ("shell", "timeout")
+_URL = ("goto_prefix",)  # the address bar shows no scheme: what is put before it
+#: getter type -> the keys it reads with a default (each getter with none is absent)
+OPTIONAL: dict[str, tuple[str, ...]] = {
+    "vm_file": (*_FILES, "time_suffix"), "cloud_file": _FILES,
+    "vm_command_line": _COMMAND, "vm_command_error": _COMMAND,
+    "active_url_from_accessTree": _URL, "active_tab_info": _URL, "url_path_parse": _URL,
+    "active_tab_url_parse": (*_URL, "replace", "split_list"), "url_dashPart": (*_URL, "needDeleteId"),
+    "active_tab_html_parse": (*_URL, "class_multiObject", "class_multiObject_child", "class_multiObject_only_child",
+                              "class_multiObject_search_exist", "class_singleObject", "labelObject", "xpathObject",
+                              "inputObject", "class_multiObject_li", "url_include_expected",
+                              "url_include_expected_multichoice"),
+    "info_from_website": ("infos", "backups"),
+    "gotoRecreationPage_and_get_html_content": ("selector", "order", "url"),
+    "audio_in_slide": _DEST, "background_image_in_slide": _DEST,  # a slide's part linked as a file://
+    "googledrive_file": ("settings_file", "query", "path", "query_list", "path_list"),
+}
+
+#: (getter type, key) -> the values of it the getter implements (OSWorld's own tasks give these)
+VALUES: dict[tuple[str, str], tuple[Any, ...]] = {
+    ("gotoRecreationPage_and_get_html_content", "selector"): ("class",),
+}
+
+
+def reads(kind: str) -> tuple[str, ...]:
+    """Every key getter ``kind`` reads from its config besides ``type``."""
+    return (*FIELDS.get(kind, ()), *OPTIONAL.get(kind, ()))
+
+
+def key_problem(getter: dict) -> str | None:
+    """What is wrong with a key of a getter config (one whose ``type`` is a getter's): one the
+    getter does not read, or a value of one it does not implement; None when nothing is."""
+    kind = getter["type"]
+    known = reads(kind)
+    for key, value in getter.items():
+        if key == "type" or isinstance(key, str) and key.startswith("_"):
+            continue
+        if key not in known:
+            hint = unread_hint(key, list(known), "it reads no key but 'type'")
+            return f"has the key {key!r}, which the getter does not read: {hint} (a comment's key starts with '_')"
+        allowed = VALUES.get((kind, key))
+        if allowed is not None and value not in allowed:
+            return f"has {key!r} {value!r}, which the getter does not read (it reads {', '.join(map(repr, allowed))})"
+    return None
