@@ -33,7 +33,8 @@ last, then a usage chunk and ``[DONE]``; a step with ``"ignore_stream": True`` i
 as a server that ignores ``stream`` would. A client that hangs up mid-stream is an abort: it is
 logged in ``aborts`` (``time`` monotonic, ``request`` index, ``tokens`` sent before it). A stream's id is
 ``cmpl-<request index>`` (what an ``abort_url`` is told). A step's ``"queue_s"`` holds the reply
-that long before its first byte, as a busy server's queue does; a hang-up meanwhile is an abort.
+(streamed or whole) that long before its first byte, as a busy server's queue does; a hang-up
+meanwhile is an abort.
 
 **Misbehaving streams.** A step's ``"chunks"`` (a list of choice dicts) is streamed as they
 are, one chunk each (``prompt_token_ids`` in the first when the step has them), then usage and
@@ -204,6 +205,10 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                 return self._send(400, refusal)
             step = server.next_step(body, self.headers.get("Authorization"),
                                     {k.lower(): v for k, v in self.headers.items()}, self.path.rstrip("/"))
+            if step.get("queue_s") and not self._still_there(step["queue_s"]):
+                with server._lock:  # hung up on while queued: an abort, streamed or not
+                    server.aborts.append({"time": time.monotonic(), "request": server._asked.index, "tokens": 0})
+                return
             try:
                 if body.get("stream") and "chunks" in step:
                     self._stream_chunks(step, body, server._asked.index)
@@ -288,10 +293,6 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
             if ids is not None and len(ids) < len(pieces):
                 ids, step = ids + [None], {**step, "logprobs": list(step["logprobs"]) + [None]}
             rate = step.get("token_rate", server.token_rate)
-            if step.get("queue_s") and not self._still_there(step["queue_s"]):
-                with server._lock:
-                    server.aborts.append({"time": time.monotonic(), "request": index, "tokens": 0})
-                return
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Connection", "close")

@@ -174,6 +174,40 @@ def test_the_test_server_records_no_request_its_client_hung_up_on_while_sending(
     assert reply.text == "ok" and len(server.requests) == 1 and "messages" in server.requests[0]["body"]
 
 
+def test_a_cancel_without_a_gate_ends_the_request_at_the_server(llm_server):
+    """abort() with no policy gate (a trainer's cancel outside an RL scheduler's gate, a
+    timeout) closes the request under way: the server stops working on it (vLLM aborts a
+    request whose client hung up) and the call raises AttemptCancelled at once, not when the
+    reply comes, nor retried as a broken connection."""
+    server = llm_server(script=[{"reply": "late", "queue_s": 30}])
+    client = _client(server)
+    raised: list = []
+
+    def ask():
+        try:
+            client.chat([{"role": "user", "content": "go"}])
+        except Exception as exc:  # noqa: BLE001 - what the call raised is the assertion
+            raised.append(exc)
+
+    thread = threading.Thread(target=ask, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.requests:  # at the server, its reply queued
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    started = time.monotonic()
+    client.abort()
+    thread.join(5)
+    assert raised and isinstance(raised[0], AttemptCancelled), raised
+    assert time.monotonic() - started < 2, "the call waited for the reply"
+    deadline = time.monotonic() + 2
+    while not server.aborts:
+        assert time.monotonic() < deadline, "the server's request went on"
+        time.sleep(0.01)
+    assert server.aborts[0]["request"] == 0 and len(server.requests) == 1
+    assert client.usage()["requests"] == 1 and client.usage()["retries"] == 0
+
+
 def _client(server, **changes) -> ModelClient:
     config = RunConfig(mode="gym", agent="openai", base_url=server.url, model="m", max_retries=2, **changes)
     client = ModelClient(config)

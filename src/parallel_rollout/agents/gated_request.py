@@ -26,22 +26,16 @@ class GatedRequests:
     """The policy gate of one agent, and the streamed request under way (``abort`` may come
     from another thread)."""
 
-    def __init__(self, config) -> None:
+    def __init__(self, config, sockets: stream_abort.Sockets) -> None:
+        """``sockets``: the connections of the client's HTTP clients (``Sockets.http_client``),
+        which an abort before the response shuts."""
         from ..gate_client import GateClient
 
         self.config = config
         self.gate = GateClient(config.policy_gate, getattr(config, "policy_gate_key", None))
         #: the streamed request under way (abort() closes it)
         self._abortable: stream_abort.Abortable | None = None
-        #: the connections of the HTTP clients, which an abort before the response shuts
-        self._sockets = stream_abort.Sockets()
-
-    def http_client(self):
-        """An HTTP client for the ``openai`` client whose connections are traced, so an
-        abort can shut a request that has no response yet."""
-        from openai import DefaultHttpxClient
-
-        return DefaultHttpxClient(event_hooks={"request": [self._sockets.hook]})
+        self._sockets = sockets
 
     def forget(self, key: str) -> None:
         """A new attempt of ``key``: staleness judges its tokens, not a failed attempt's."""

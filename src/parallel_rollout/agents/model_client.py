@@ -221,6 +221,8 @@ class ModelClient(ModelRequests):
         self._cancel_wakes.set()  # a call waiting to retry ends now (_retry_wait)
         if self._gate is not None:
             self._gate.abort()  # a request waiting at a suspended gate ends too (reconnects next attempt)
+        else:
+            self._sockets.abort()  # the server sees its client hang up (vLLM aborts the request)
 
     # -- one call ----------------------------------------------------------------------------
 

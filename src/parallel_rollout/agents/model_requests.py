@@ -22,7 +22,7 @@ import threading
 from typing import Any, Callable
 
 from ..errors import AttemptCancelled
-from . import calls, context_room, openai_request, streaming
+from . import calls, context_room, openai_request, stream_abort, streaming
 from .episode import AgentError, EndpointRefused, ModelUnavailable
 from .gated_request import GatedRequests
 from .retries import Retryable, failure_of, retrying
@@ -54,8 +54,10 @@ class ModelRequests:
         # Made on first use: the worker constructs agents outside any attempt, where an
         # exception would end the env loop instead of becoming a record.
         self._clients: dict[str, Any] = {}
+        #: the connections of the HTTP clients: a cancel shuts the request under way (stream_abort.py)
+        self._sockets = stream_abort.Sockets()
         #: the policy gate each request passes under an RL scheduler (gated_request.py)
-        self._gate = GatedRequests(config) if getattr(config, "policy_gate", None) else None
+        self._gate = GatedRequests(config, self._sockets) if getattr(config, "policy_gate", None) else None
         self._usage = zero_usage(config.model)
         #: the record of the call under way (filled as it runs)
         self._turn: dict[str, Any] = {}
@@ -95,11 +97,9 @@ class ModelRequests:
                 # fault, no attempt's, and the batch runner stops the run at it.
                 agent = getattr(self.config, "agent", "openai")
                 raise EndpointRefused(openai_request.missing_key_message(self.base_url, agent))
-            extra = {}
-            if self._gate is not None:  # abortable requests: their connections are traced
-                extra["http_client"] = self._gate.http_client()
-            self._clients[self.base_url] = OpenAI(api_key=key, base_url=self.base_url,
-                                                  max_retries=0, timeout=self.timeout_s, **extra)
+            # abortable requests: their connections are traced
+            self._clients[self.base_url] = OpenAI(api_key=key, base_url=self.base_url, max_retries=0,
+                                                  timeout=self.timeout_s, http_client=self._sockets.http_client())
         return self._clients[self.base_url]
 
     def _answer(self, request: dict[str, Any]) -> str:
@@ -270,8 +270,17 @@ class ModelRequests:
         policy version) is a ``streaming.Partial`` (gated_request.py). The gate's "abort" (a
         weight update) or ``abort()`` (a cancel) closes the stream: ``streaming.Aborted``."""
         if self._gate is None:
+            # a cancel shuts its connection (the server stops working on it), even before it connects
+            abortable = stream_abort.Abortable(None, self._sockets)
+            if self._cancelled:  # after the abortable is known: a cancel sees it, or is seen here
+                raise AttemptCancelled("the episode was cancelled")
             self._sent()
-            return self.wire.send(client, dict(request), rl=False)
+            try:
+                return self.wire.send(client, dict(request), rl=False)
+            except Exception:
+                if abortable.aborted:  # the connection it broke is no failure of the endpoint's
+                    raise AttemptCancelled("the episode was cancelled during a model request") from None
+                raise
         return self._gate.send(self.wire, client, request, partial, base_url=self.base_url, key=self._key,
                                turn=self._turn, cancelled=lambda: self._cancelled, sent=self._sent)
 

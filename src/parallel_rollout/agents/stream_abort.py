@@ -1,4 +1,5 @@
-"""How a streamed model request is aborted mid-reply, from any thread: its kill switch
+"""How a model request is aborted mid-reply, from any thread (streamed through the policy
+gate, or, without one, answered whole, whose connection a cancel shuts): its kill switch
 (``Abortable``), the client's sockets an abort shuts before a response has come
 (``Sockets``), and the server's abort endpoint for one that must be told (``abort_url``,
 ``abort_endpoint``). What a stream is, and what an aborted one leaves: ``agents.streaming``.
@@ -30,6 +31,12 @@ class Sockets:
         #: the request under way (an Abortable): a connection made after its abort is shut too
         self.current: "Abortable | None" = None
 
+    def http_client(self):
+        """An HTTP client for the ``openai`` client whose connections are traced here."""
+        from openai import DefaultHttpxClient
+
+        return DefaultHttpxClient(event_hooks={"request": [self.hook]})
+
     def hook(self, request) -> None:
         """The httpx ``"request"`` event hook: trace the request's connection."""
         request.extensions["trace"] = self._trace
@@ -47,6 +54,13 @@ class Sockets:
         if late:
             _shutdown(sock)
 
+    def abort(self) -> None:
+        """Abort the request under way (``current``): its connection is shut, and so is one
+        it makes after."""
+        current = self.current
+        if current is not None:
+            current.abort()
+
     def shutdown(self) -> None:
         """Shut every connection (under way or idle)."""
         with self._lock:
@@ -56,7 +70,7 @@ class Sockets:
 
 
 class Abortable:
-    """One streamed request's kill switch, safe from any thread: ``abort()`` before the
+    """One request's kill switch, safe from any thread: ``abort()`` before the
     response arrives shuts the client's connections (``sockets``: the request waits at the
     server; without them ``attach`` closes it once the response comes); after, it shuts its
     socket, which wakes the reading thread and tells the server. ``abort_url``: also POST the
