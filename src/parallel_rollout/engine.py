@@ -161,6 +161,7 @@ class Engine(EngineCancels):
         self._closing = False
         self._closed = False
         self._interrupted = False  # a close() a Ctrl-C cut short
+        self._grace_cut = False  # a second stop signal: a close() waits for no attempt
         self._close_lock = threading.RLock()  # one close() at a time (a thread's own may nest)
         self._thread: threading.Thread | None = None
         #: the engine thread's doorbell (a non-blocking pipe): one byte for any number of submits
@@ -456,3 +457,14 @@ class Engine(EngineCancels):
     def closing(self) -> bool:
         """True once close() began or the engine stopped on an error: no respawns, no dispatch."""
         return self._closing or self.error is not None
+
+    def cut_grace(self) -> None:
+        """Stop at once: a close() under way, or to come, kills the workers and their attempts
+        without waiting out its grace, then stops the VMs as ever. Safe in a signal handler:
+        it sets a flag the shutdown reads (every tick), no record is cut half written."""
+        self._grace_cut = True
+
+    @property
+    def grace_cut(self) -> bool:
+        """True once ``cut_grace`` was called."""
+        return self._grace_cut

@@ -412,10 +412,17 @@ class Runner:
         signal_after_the_end(signum, frame)
 
     def _on_signal(self, signum, frame) -> None:
+        """The first stop signal stops the run, with a grace for the attempts under way; the
+        second cuts that grace (as pip's, docker's): their workers are killed, the attempts
+        left to a resume, and the VMs stopped, the summary written, as after the first."""
         if self._interrupted is None:
             self._interrupted = signum
-            log.warning("signal %d: stopping (finishing what completes within %.0fs)",
-                        signum, self.config.shutdown_grace_s)
+            log.warning("signal %d: stopping (finishing what completes within %.0fs; %s stops at once)", signum,
+                        self.config.shutdown_grace_s, "Ctrl-C again" if signum == signal.SIGINT else "a second signal")
+        elif self.engine is not None and not self.engine.grace_cut:
+            self.engine.cut_grace()
+            log.warning("signal %d again: stopping at once; the attempts under way are cut, and run again "
+                        "by --resume; the VMs are stopped and the summary written", signum)
 
     def _open_progress(self, total: int) -> None:
         show = self.config.progress

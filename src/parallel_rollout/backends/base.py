@@ -92,6 +92,15 @@ class EngineHooks(Protocol):
     def closing(self) -> bool:
         """True once the engine is closing or stopped: no respawns."""
 
+    @property
+    def grace_cut(self) -> bool:
+        """True once a second stop signal asked for a stop at once: a shutdown's grace ends."""
+
+
+def grace_left(deadline: float, hooks: EngineHooks) -> float:
+    """Seconds left of a shutdown's grace that ends at ``deadline``: none once it was cut."""
+    return 0.0 if hooks.grace_cut else max(0.0, deadline - time.monotonic())
+
 
 class Backend(Protocol):
     """What the engine calls on a backend; every call comes from the engine's thread."""

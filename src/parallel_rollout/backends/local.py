@@ -49,8 +49,8 @@ from ..messages import (STOP, Assignment, Cancel, Finished, LeaseWait, Progress,
                         send_message)
 from . import worker_start
 from ..process_group import kill_group
-from .base import (BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, death_failure, died_record, kill_tree,
-                   late_failures)
+from .base import (BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, death_failure, died_record, grace_left,
+                   kill_tree, late_failures)
 
 log = logging.getLogger("parallel_rollout")
 
@@ -452,10 +452,10 @@ class LocalBackend(WorkerTable):
                 except OSError:
                     w.conn_open = False
         deadline = time.monotonic() + grace
-        while self._workers and time.monotonic() < deadline:
+        while self._workers and (left := grace_left(deadline, self.hooks)) > 0:  # a 2nd Ctrl-C cuts it
             objects = [w.conn for w in self._workers.values() if w.conn_open]
             objects += [w.process.sentinel for w in self._workers.values()]
-            ready = set(wait(objects, timeout=min(_TICK_S, max(0.0, deadline - time.monotonic()))))
+            ready = set(wait(objects, timeout=min(_TICK_S, left)))
             for w in list(self._workers.values()):
                 if w.conn in ready:
                     self._drain(w)

@@ -57,7 +57,7 @@ from typing import Any
 from ..errors import ClusterUnreachable, TaskTimeout, VMError, WorkerDied
 from ..messages import Assignment, Cancel
 from ..trajectories import unpack_files
-from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record, late_failures
+from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record, grace_left, late_failures
 from .ray_actors import TRAJECTORY_FILES, PoolActor, RayPool, WorkerActor, late_progress, mark_folder
 from .ray_cluster import check_reachable, connect, Sweeps, done_refs, pinned, sweep_cluster, wait_ready, why
 from .ray_head import HeadWatch, disconnect_lost
@@ -418,8 +418,8 @@ class RayBackend(WorkerTable, NodeWatch):
             if not self._head.lost:
                 self._sweeps.cancel()
             deadline = time.monotonic() + grace
-            while self._refs and time.monotonic() < deadline:
-                ready = self.wait([], timeout=min(0.2, max(0.0, deadline - time.monotonic())))
+            while self._refs and (left := grace_left(deadline, self.hooks)) > 0:  # a 2nd Ctrl-C cuts it
+                ready = self.wait([], timeout=min(0.2, left))
                 self.handle(ready)
             self._kill(*self._workers.values())
             self._workers.clear()
