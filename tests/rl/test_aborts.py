@@ -402,7 +402,8 @@ def test_a_partial_reply_aborted_by_an_update_counts_at_the_resume_right_after(t
     started over as often as it may (VALIDATION_RESTARTS, 1 here), it runs on across the next
     update, said in a warning and counted, rather than start over for ever."""
     monkeypatch.setattr(generation, "VALIDATION_RESTARTS", 1)
-    server = llm_server(policy=continuing, token_rate=20)
+    policy, asked = _held(3)
+    server = llm_server(policy=policy, token_rate=20)
     tiny = lake_set(tmp_path, name="tiny", desc=TINY, max_steps=2)
     train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=3, partial_rollout=True),
                        EnvManagerConfig(num_env_groups=1, group_size=2, tags=["tiny"], task_sets=tiny),
@@ -415,7 +416,11 @@ def test_a_partial_reply_aborted_by_an_update_counts_at_the_resume_right_after(t
     thread.start()
     validation.start()
     _wait(lambda: len(server.requests) == 3, timeout=120)
-    _wait(lambda: time.monotonic() - server.requests[-1]["time"] > 0.3)  # tokens sampled by version 0
+    asked.set()
+    # tokens sampled by version 0 in each of the three streams, sent a second before the abort:
+    # 0.3 s after the last request was not always enough under load (the server had sent the
+    # last none, or its client had read none: the group kept nothing to judge)
+    _wait(lambda: _each_streamed(server, 3, tokens=10), timeout=60)
     train.suspend(abort=True)
     train.resume(1)  # an instant update: the agents may not have said what they keep yet
     assert train.stats().get("dropped_version_lag") == 1
