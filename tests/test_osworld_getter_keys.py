@@ -15,7 +15,6 @@ import copy
 import json
 from pathlib import Path
 
-import pytest
 from test_osworld_folder_cli import MODEL_AGENT, run_cli, said
 from test_osworld_options import _keys_read
 from test_osworld_taskset import EXAMPLES, needs_set, osworld_folder
@@ -110,8 +109,9 @@ MISTAKES = {
 }
 
 
-def _folder(root: Path, tasks: dict[str, tuple[str, object]]) -> Path:
-    """A folder in OSWorld's layout holding, per id, a copy of a real task changed by its change."""
+def changed_folder(root: Path, tasks: dict[str, tuple[str, object]]) -> Path:
+    """A folder in OSWorld's layout holding, per id, a copy of a real task whose evaluator its
+    change changed."""
     made = {}
     for task_id, (source, change) in tasks.items():
         task = copy.deepcopy(json.loads((EXAMPLES / "examples" / source).read_text()))
@@ -120,16 +120,22 @@ def _folder(root: Path, tasks: dict[str, tuple[str, object]]) -> Path:
     return osworld_folder(root, made) / "evaluation_examples"
 
 
-@needs_set
-def test_a_getter_key_the_getter_does_not_read_is_refused_at_load_naming_the_nearest(tmp_path):
-    folder = _folder(tmp_path, {task_id: (source, change) for task_id, (source, change, _) in MISTAKES.items()})
+def assert_each_refused(root: Path, mistakes: dict[str, tuple[str, object, str]]) -> None:
+    """A dry run of a folder of the ``mistakes`` (task id -> (real task, change, reason)) exits
+    2, naming each task's file and its reason."""
+    folder = changed_folder(root, {task_id: (source, change) for task_id, (source, change, _) in mistakes.items()})
     done = run_cli("--data", str(folder), "--dry-run", *MODEL_AGENT)
     text = said(done)
     assert done.returncode == EXIT_USAGE, text
-    assert f"{len(MISTAKES)} bad task records" in text, text
-    for task_id, (source, _, reason) in MISTAKES.items():
+    assert f"{len(mistakes)} bad task records" in text, text
+    for task_id, (source, _, reason) in mistakes.items():
         path = folder / "examples" / source.split("/")[0] / f"{task_id}.json"
         assert f"{path}:1: task {task_id!r}: {reason}" in text, (task_id, text)
+
+
+@needs_set
+def test_a_getter_key_the_getter_does_not_read_is_refused_at_load_naming_the_nearest(tmp_path):
+    assert_each_refused(tmp_path, MISTAKES)
 
 
 @needs_set
@@ -140,7 +146,7 @@ def test_the_real_tasks_broken_here_load_as_they_are_and_a_comment_key_loads(tmp
         ev["result"]["_note"] = "the sheet the agent saves"
     tasks = {Path(source).stem: (source, lambda ev: None) for source, _, _ in MISTAKES.values()}
     tasks["commented"] = (TABLE, comment)
-    folder = _folder(tmp_path, tasks)
+    folder = changed_folder(tmp_path, tasks)
     done = run_cli("--data", str(folder), "--dry-run", *MODEL_AGENT)
     assert done.returncode == 0, said(done)
     assert f"runnable {len(tasks)} of {len(tasks)} tasks" in done.stdout, said(done)

@@ -18,6 +18,7 @@ from .metrics import METRICS
 from .option_keys import option_problem
 from .rule_keys import RULE_GETTERS, MalformedRule, kind_of, rule_problem, task_rules, unread_hint
 from .rule_methods import table_rules_problem, value_rules_problem
+from .state_kinds import pairing_problem
 
 __all__ = ["GETTERS", "METRICS", "normalized", "check_evaluator", "call_problem", "combine", "metric_named", "EVALUATOR_KEYS"]
 
@@ -147,6 +148,10 @@ def check_evaluator(evaluator: Any) -> None:
             problem = key_problem(getter) if getter["type"] in GETTERS else None
             if problem:
                 raise ValueError(f"{place.piece(role)} getter {getter['type']!r} of {place.metric} {problem}")
+            # what the getter gives, the metric cannot read (a rule's object opened as a file): a 0
+            problem = pairing_problem(func, role, getter)
+            if problem:
+                raise ValueError(f"{place.piece(role)} getter {getter['type']!r} of {place.metric}: {problem}")
             # the rule is the task's: a key its metric reads missing failed every grading, a 0
             problem = rule_problem(func, getter["rules"]) or value_rules_problem(func, getter["rules"]) \
                 if role == "expected" and getter["type"] in RULE_GETTERS else None
