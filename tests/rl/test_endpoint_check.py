@@ -247,20 +247,20 @@ def test_a_plugin_agent_that_does_not_say_its_calls_passes_a_server_with_either_
         server.stop()
 
 
-def test_a_model_calls_that_names_no_call_is_refused_before_any_group_in_the_schedulers_words(tmp_path, schedulers):
-    """``model_calls = {"/chat/completions"}`` (a route, where a call of self.model goes): a
-    ConfigError naming the agent and the attribute at the first get_batch, not the CLI's
-    ``--agent``."""
+def test_a_model_calls_that_names_no_call_is_refused_as_the_scheduler_is_made(tmp_path, schedulers):
+    """``model_calls = {"/chat/completions"}`` (a route, where a call of self.model goes):
+    ``RolloutScheduler(...)`` refuses it, naming the agent and the attribute in the
+    scheduler's words (not the CLI's ``--agent``), before its engine starts any worker; it
+    was found only at the first get_batch's endpoint check, the engine's workers started."""
     server = LLMServer(policy=lambda body: {"reply": "<answer>Right</answer>"}).start()
     try:
-        train = schedulers(_config(tmp_path, server, agent="client_agents:RouteNamedAgent"), _lakes(tmp_path))
         with pytest.raises(ConfigError) as caught:
-            train.get_batch(batch_size=2, step=0, timeout=60)
+            schedulers(_config(tmp_path, server, agent="client_agents:RouteNamedAgent"), _lakes(tmp_path))
         message = str(caught.value)
-        assert message.startswith("agent 'client_agents:RouteNamedAgent': RouteNamedAgent.model_calls = "
+        assert message.startswith("RunConfig: agent 'client_agents:RouteNamedAgent': RouteNamedAgent.model_calls = "
                                   "frozenset({'/chat/completions'}) names '/chat/completions': say which of "
                                   "self.model's calls the agent makes"), message
         assert "--" not in message, message
-        assert train.stats()["groups_started"] == 0 and server.requests == []
+        assert not (tmp_path / "out").exists() and server.requests == []  # nothing started, nothing asked
     finally:
         server.stop()

@@ -243,17 +243,18 @@ def check_count(name: str, value: Any, minimum: int, optional: bool = False) -> 
 def check_run_config(run_config: Any) -> None:
     """What ``run()`` refuses before anything starts, refused by a scheduler too: a field of
     the wrong type, a value out of range (``num_rollouts=0``, ``task_timeout=-1``), an agent
-    that does not import or is abstract (a tag's mode is loaded with its tasks, and refused
-    then). ConfigError naming the field; each would otherwise fail every attempt, or start no
-    worker, and no batch would ever come."""
+    that does not import or is abstract, or whose ``model_calls`` names no call of self.model
+    (a tag's mode is loaded with its tasks, and refused then). ConfigError naming the field;
+    each would otherwise fail every attempt, or start no worker, and no batch would ever come."""
     from ..agents import get_agent
+    from ..agents.model_checks import check_model_calls
 
     if not isinstance(run_config, RunConfig):
         raise ConfigError(f"run_config must be a parallel_rollout.config.RunConfig, got {type(run_config).__name__}")
     check_fields(run_config, "RunConfig")
     try:
         validate_ranges(run_config)
-        get_agent(run_config.agent)
+        check_model_calls(get_agent(run_config.agent), run_config.agent)
     except ConfigError as exc:
         raise ConfigError(f"RunConfig: {exc}") from None
 
