@@ -212,6 +212,35 @@ def read_results(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "results.jsonl").read_text().split("\n") if line.strip()]
 
 
+@pytest.fixture
+def llm_servers():
+    """``llm_servers(policy, n)``: n local test servers (tests/llm_server.py) sharing a policy;
+    stopped after the test."""
+    from llm_server import LLMServer
+
+    made: list[LLMServer] = []
+
+    def start(policy, count: int = 1) -> list[LLMServer]:
+        new = [LLMServer(policy=policy).start() for _ in range(count)]
+        made.extend(new)
+        return new
+
+    yield start
+    for server in made:
+        server.stop()
+
+
+def run_ok(*args: str):
+    """``parallel-rollout run ARGS`` through click's runner, as a user types it; it must exit 0."""
+    from click.testing import CliRunner
+
+    from parallel_rollout.cli import main
+
+    result = CliRunner().invoke(main, ["run", *args])
+    assert result.exit_code == 0, result.output
+    return result
+
+
 def finals_by_key(records: list[dict]) -> dict[str, list[dict]]:
     """key -> the final records of that sample (exactly one is the only correct answer), or,
     for a sample with none that was never graded (infrastructure failures past its retries),

@@ -1,21 +1,19 @@
-"""A team's own inference fleet: tool calls, several servers with session affinity, balance
-and fail-over, and per-attempt sampling — through the CLI as a user types it, against local
+"""A team's own inference fleet: several servers with session affinity, balance and
+fail-over, and per-attempt sampling — through the CLI as a user types it, against local
 test servers (tests/llm_server.py)."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 from collections import Counter, defaultdict
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from llm_server import LLMServer, call_tool, completion, lake_tool_solver, shell_solver
-from parallel_rollout.agents import AttemptInfo, tools
-from parallel_rollout.agents.wire import MalformedResponse, reply_of, turn_info
+from conftest import read_results, run_ok
+from llm_server import lake_tool_solver
+from parallel_rollout.agents import AttemptInfo
 from parallel_rollout.agents.openai_agent import OpenAIAgent
 from parallel_rollout.agents.openai_request import sampled_fields
 from parallel_rollout.agents.servers import ServerPool
@@ -23,192 +21,6 @@ from parallel_rollout.cli import main
 from parallel_rollout.config import build_config, load_toml
 from parallel_rollout.errors import ConfigError
 from parallel_rollout.tasks import Task
-
-SHELL_TASKS = Path(__file__).resolve().parent.parent / "benchmarks" / "shell_tasks.jsonl"
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
-
-
-@pytest.fixture
-def servers():
-    """``servers(policy, n)``: n test servers sharing a policy; stopped after the test."""
-    made: list[LLMServer] = []
-
-    def start(policy, count: int = 1) -> list[LLMServer]:
-        new = [LLMServer(policy=policy).start() for _ in range(count)]
-        made.extend(new)
-        return new
-
-    yield start
-    for server in made:
-        server.stop()
-
-
-def results(folder: Path) -> list[dict]:
-    return [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
-
-
-def run_cli(*args: str):
-    result = CliRunner().invoke(main, ["run", *args])
-    assert result.exit_code == 0, result.output
-    return result
-
-
-# -- tools ------------------------------------------------------------------------------------
-
-
-def _call(name: str, **arguments) -> list[dict]:
-    return [{"id": "c1", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]
-
-
-@pytest.mark.parametrize("mode, call, action", [
-    ("shell", _call("run", command="ls -la"), {"command": "ls -la"}),
-    ("shell", _call("done"), "DONE"),
-    ("py", _call("submit", code="def f():\n    return 1"), "```python\ndef f():\n    return 1\n```"),
-    ("rag", _call("search", query="eiffel tower", k=3), {"search": "eiffel tower", "k": 3}),
-    ("rag", _call("answer", text="Paris"), {"answer": "Paris"}),
-    ("web", _call("click", ref=12), {"action": "click", "ref": 12}),
-    ("web", _call("type", ref=5, text="hi"), {"action": "type", "ref": 5, "text": "hi"}),
-    ("web", _call("select", ref=4, option="Peru"), {"action": "select", "ref": 4, "option": "Peru"}),
-    ("osworld", _call("click", x=10, y=20), {"action_type": "CLICK", "parameters": {"x": 10, "y": 20}}),
-    ("osworld", _call("hotkey", keys=["ctrl", "c"]), {"action_type": "HOTKEY", "parameters": {"keys": ["ctrl", "c"]}}),
-    ("osworld", _call("done"), "DONE"),
-    ("gym", _call("move", direction="Right"), "<answer>Right</answer>"),
-])
-def test_tool_calls_become_the_modes_actions(mode, call, action):
-    assert tools.action_of(mode, call) == action
-    assert call[0]["function"]["name"] in {t["function"]["name"] for t in tools.tools_for(mode)}
-
-
-#: an argument a model would send, by the parameter's name (else by its JSON type)
-_SAMPLE_ARGUMENTS = {"command": "ls", "code": "def f():\n    return 1", "query": "eiffel", "text": "Paris",
-                     "key": "enter", "keys": ["ctrl", "c"], "button": "left", "ref": 3, "option": "Peru",
-                     "direction": "Down", "x": 10, "y": 20, "dx": 0, "dy": 3, "k": 2, "num_clicks": 2}
-
-
-def _env_takes(mode: str, action) -> object:
-    """What the mode's own action parser makes of ``action`` (raising when it refuses it)."""
-    from parallel_rollout.envs import gym
-    from parallel_rollout.envs.osworld import actions as osworld_actions
-    from parallel_rollout.envs.py import extract_code
-    from parallel_rollout.envs.web.actions import parse_action
-
-    if mode == "web":
-        return parse_action(action)
-    if mode == "osworld":
-        return osworld_actions.special(action) or osworld_actions.computer13_to_code(action)
-    if mode == "gym":
-        move = gym.parse_action(action)
-        assert move is not None, action
-        return move
-    if mode == "py":
-        return extract_code(action)
-    if mode == "shell":
-        assert action == "DONE" or isinstance(action["command"], str), action
-        return action
-    assert mode == "rag" and (isinstance(action.get("search"), str) or isinstance(action.get("answer"), str))
-    return action
-
-
-@pytest.mark.parametrize("mode, names", [
-    ("shell", ["run", "done"]), ("py", ["submit"]), ("rag", ["search", "answer"]),
-    ("web", ["click", "type", "press", "scroll", "select", "done"]),
-    ("osworld", ["move_to", "click", "mouse_down", "mouse_up", "right_click", "double_click", "drag_to",
-                 "scroll", "typing", "press", "key_down", "key_up", "hotkey", "wait", "fail", "done"]),
-    ("gym", ["move"]),
-])
-def test_every_tool_of_a_mode_is_an_action_its_env_takes(mode, names):
-    """Each mode offers its actions as tools (osworld: computer_13's 16 action types), and a
-    call of any of them with every parameter it declares is an action the mode's own parser
-    accepts: a tool whose parameters drifted from the env's names fails here."""
-    offered = tools.tools_for(mode)
-    assert [t["function"]["name"] for t in offered] == names
-    for tool in offered:
-        function = tool["function"]
-        params = function["parameters"]
-        assert set(params["required"]) <= set(params["properties"]), function["name"]
-        args = {name: _SAMPLE_ARGUMENTS[name] for name in params["properties"]}
-        action = tools.action_of(mode, _call(function["name"], **args))
-        assert not (isinstance(action, str) and action.startswith(("unknown tool", "tool "))), action
-        _env_takes(mode, action)
-        if params["required"]:  # the required ones alone do too
-            _env_takes(mode, tools.action_of(mode, _call(function["name"], **{
-                name: _SAMPLE_ARGUMENTS[name] for name in params["required"]})))
-    with pytest.raises(Exception, match="mode 'math' has no tools"):
-        tools.tools_for("math")
-
-
-def test_a_bad_tool_call_is_told_to_the_model_not_run():
-    assert "unknown tool 'rm'" in tools.action_of("shell", _call("rm"))
-    bad = [{"id": "c", "function": {"name": "run", "arguments": "{not json"}}]
-    assert "not JSON" in tools.action_of("shell", bad)
-    answers = tools.tool_messages(_call("run", command="a") + [{"id": "c2", "function": {"name": "done"}}], "out")
-    assert [(m["tool_call_id"], m["content"]) for m in answers] == [("c1", "out"), ("c2", tools.NOT_RUN)]
-
-
-def test_tool_calls_in_a_mode_without_tools_or_with_a_tokenizer_stop_the_run_before_it_starts(tmp_path):
-    tasks = tmp_path / "math.jsonl"
-    tasks.write_text(json.dumps({"id": "m", "problem": "1+1?", "answer": "2"}) + "\n")
-    result = CliRunner().invoke(main, ["run", "--mode", "math", "--data", str(tasks), "--agent", "openai",
-                                       "--tool-calls", "--base-url", "http://127.0.0.1:9/v1", "--output-dir", str(tmp_path)])
-    assert result.exit_code == 2 and "mode 'math' has no tools" in result.output, result.output
-    with pytest.raises(ConfigError, match="tool_calls=True needs chat requests"):
-        OpenAIAgent.check_config(build_config({"agent": "openai", "mode": "gym", "tool_calls": True,
-                                               "base_url": "http://127.0.0.1:9/v1", "tokenizer": str(tmp_path)}))
-
-
-def test_a_reply_of_tool_calls_alone_is_a_reply_and_one_of_nothing_is_not():
-    body = completion(None, "m")
-    with pytest.raises(MalformedResponse, match="content is null"):
-        reply_of(json.dumps(body))
-    body["choices"][0]["message"]["tool_calls"] = _call("run", command="ls")
-    assert reply_of(json.dumps(body))[0] == ""
-    assert turn_info(json.dumps(body))["tool_calls"] == _call("run", command="ls")
-
-
-def test_tool_calls_are_sent_answered_by_id_and_recorded_as_they_came(servers):
-    server, = servers(lambda body: call_tool(body, "move", direction="Down"))
-    agent = OpenAIAgent(build_config({"agent": "openai", "mode": "gym", "base_url": server.url,
-                                      "tool_calls": True}))
-    agent.reset(Task(id="lake", mode="gym", payload={}))
-    assert agent.act({"grid": "SF\nFG"}) == "<answer>Down</answer>"
-    turn = agent.turn_record()
-    assert turn["tool_calls"][0]["function"] == {"name": "move", "arguments": '{"direction": "Down"}'}
-    assert turn["stop_reason"] == "tool_calls"
-    agent.act({"grid": "SF\nPG"})  # call_tool checks the second request answers call_0 by its id
-    second = server.requests[1]["body"]
-    assert [t["function"]["name"] for t in second["tools"]] == ["move"]
-    assert second["messages"][-1] == {"role": "tool", "tool_call_id": "call_0", "content": second["messages"][-1]["content"]}
-    assert second["messages"][-2]["content"] is None and second["messages"][-2]["tool_calls"]
-
-
-@needs_bwrap
-@pytest.mark.slow
-def test_cli_openai_agent_solves_the_shell_tasks_through_tools(tmp_path, servers, monkeypatch):
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    server, = servers(shell_solver(SHELL_TASKS, tools=True))
-    run_cli("--mode", "shell", "--data", str(SHELL_TASKS), "--agent", "openai", "--base-url", server.url,
-            "--tool-calls", "--num-rollouts", "2", "--task-timeout", "60", "--output-dir", str(tmp_path),
-            "--run-id", "tools")
-    records = results(tmp_path / "tools")
-    assert len(records) == len(SHELL_TASKS.read_text().splitlines())
-    assert all(r["status"] == "success" for r in records), [(r["task_id"], r["status"]) for r in records]
-    # every request offered the tools and every reply was a tool call (none was text)
-    assert all(r["body"]["tools"] and r["step"]["tool_calls"] for r in server.requests)
-
-
-def test_cli_openai_agent_plays_frozenlake_through_tools(tmp_path, servers, monkeypatch):
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    server, = servers(lake_tool_solver)
-    run_cli("--mode", "gym", "--data", "frozenlake", "--agent", "openai", "--base-url", server.url,
-            "--tool-calls", "--num-rollouts", "2", "--output-dir", str(tmp_path), "--run-id", "lakes")
-    records = results(tmp_path / "lakes")
-    plain = [r for r in records if "slippery" not in r["tags"]]
-    assert len(records) == 30 and plain
-    assert all(r["reward"] == 1.0 for r in plain), [(r["task_id"], r["status"]) for r in plain]
-    # every request offered the move tool and every reply was a call of it (no text reply)
-    assert all([t["function"]["name"] for t in r["body"]["tools"]] == ["move"] and r["step"]["tool_calls"]
-               for r in server.requests)
-
 
 def test_cli_help_names_the_fleet_flags():
     result = CliRunner().invoke(main, ["run", "--help"], terminal_width=200)
@@ -265,12 +77,12 @@ def test_a_fleet_with_an_empty_entry_is_refused(tmp_path):
     assert result.exit_code == 2 and "holds an empty entry" in result.output, result.output
 
 
-def test_a_fleet_run_resumes_with_its_servers_listed_in_another_order(tmp_path, servers, monkeypatch):
+def test_a_fleet_run_resumes_with_its_servers_listed_in_another_order(tmp_path, llm_servers, monkeypatch):
     """The same servers in another order (a fleet file rewritten, service discovery) are the
     same endpoints: the resume goes on; it was refused as a changed base_url. Another server
     is still refused."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    a, b, c = servers(_echo, 3)
+    a, b, c = llm_servers(_echo, 3)
 
     def run(*urls: str, resume: bool = False):
         flags = [arg for url in urls for arg in ("--base-url", url)] + (["--resume"] if resume else [])
@@ -303,8 +115,8 @@ def _echo(body):
     return {"reply": "<answer>Right</answer>"}
 
 
-def test_every_request_of_an_attempt_goes_to_one_server_with_its_session_id(servers):
-    a, b = servers(_echo, 2)
+def test_every_request_of_an_attempt_goes_to_one_server_with_its_session_id(llm_servers):
+    a, b = llm_servers(_echo, 2)
     config = build_config({"agent": "openai", "mode": "gym", "base_url": [a.url, b.url]})
     agents = [OpenAIAgent(config) for _ in range(4)]
     for index, agent in enumerate(agents):
@@ -322,13 +134,13 @@ def test_every_request_of_an_attempt_goes_to_one_server_with_its_session_id(serv
     assert len(a.requests) == len(b.requests) == 6  # two attempts each
 
 
-def test_a_server_whose_retries_run_out_cools_down_and_the_turn_moves_on(servers):
+def test_a_server_whose_retries_run_out_cools_down_and_the_turn_moves_on(llm_servers):
     """5xx until --max-retries is spent on one server: the turn goes on at the other (the move
     recorded with the last error), and the next attempt starts there while it cools down."""
     from parallel_rollout.agents import ModelClient
 
-    (failing,) = servers(lambda body: {"status": 503, "message": "overloaded"})
-    (healthy,) = servers(_echo)
+    (failing,) = llm_servers(lambda body: {"status": 503, "message": "overloaded"})
+    (healthy,) = llm_servers(_echo)
     client = ModelClient(build_config({"agent": "openai", "mode": "gym", "base_url": [failing.url, healthy.url],
                                        "max_retries": 1, "server_cooldown": 600}))
     client.backoff_base_s = 0.01
@@ -346,7 +158,7 @@ def test_a_server_whose_retries_run_out_cools_down_and_the_turn_moves_on(servers
 
 
 @pytest.mark.parametrize("failure", ["503", "refused"])
-def test_a_turn_every_server_failed_gives_up_though_their_cool_down_is_over(servers, failure):
+def test_a_turn_every_server_failed_gives_up_though_their_cool_down_is_over(llm_servers, failure):
     """Both servers fail and their cool-down (--server-cooldown 0 here; a hung fleet's 4 x 120 s
     of timeouts against the default 30 s) ends before the turn's retries at the other do: the
     turn moves to each server once, then gives up as one server's turn does, naming both. It
@@ -361,7 +173,7 @@ def test_a_turn_every_server_failed_gives_up_though_their_cool_down_is_over(serv
         answered["requests"] += 1
         return {"status": 503, "message": "overloaded"} if answered["requests"] <= 20 else _echo(body)
 
-    a, b = servers(recovers_late, 2)
+    a, b = llm_servers(recovers_late, 2)
     if failure == "refused":
         a.stop()
         b.stop()
@@ -395,7 +207,7 @@ def test_a_turn_every_server_failed_gives_up_though_their_cool_down_is_over(serv
         assert len(a.requests) == len(b.requests) == 2
 
 
-def test_cli_two_servers_balance_and_one_stopped_mid_run_moves_its_trajectories(tmp_path, servers,
+def test_cli_two_servers_balance_and_one_stopped_mid_run_moves_its_trajectories(tmp_path, llm_servers,
                                                                                 monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     stopped = threading.Event()
@@ -404,7 +216,7 @@ def test_cli_two_servers_balance_and_one_stopped_mid_run_moves_its_trajectories(
     def policy(body):
         return lake_tool_solver(body)
 
-    a, b = servers(policy, 2)
+    a, b = llm_servers(policy, 2)
 
     def b_policy(body):
         # server b dies after its 30th answer, in the middle of the batch
@@ -414,12 +226,12 @@ def test_cli_two_servers_balance_and_one_stopped_mid_run_moves_its_trajectories(
         return policy(body)
 
     b.policy = b_policy
-    run_cli("--mode", "gym", "--data", "frozenlake", "--agent", "openai", "--base-url", a.url,
+    run_ok("--mode", "gym", "--data", "frozenlake", "--agent", "openai", "--base-url", a.url,
             "--base-url", b.url, "--tool-calls", "--num-rollouts", "2", "--envs-per-worker", "2",
             "--session-header", "X-Trajectory", "--server-cooldown", "600",
             "--output-dir", str(tmp_path), "--run-id", "fleet")
     assert stopped.is_set()
-    records = results(tmp_path / "fleet")
+    records = read_results(tmp_path / "fleet")
     assert len(records) == 30
     plain = [r for r in records if "slippery" not in r["tags"]]
     assert all(r["reward"] == 1.0 for r in plain), [(r["task_id"], r["status"], r.get("failure")) for r in plain]
@@ -445,10 +257,10 @@ def test_cli_two_servers_balance_and_one_stopped_mid_run_moves_its_trajectories(
     assert starts[b.url] + len(moved) >= 3 and starts[a.url] >= 3
 
 
-def test_cli_two_servers_spread_trajectories_evenly(tmp_path, servers, monkeypatch):
+def test_cli_two_servers_spread_trajectories_evenly(tmp_path, llm_servers, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    a, b = servers(lake_tool_solver, 2)
-    run_cli("--mode", "gym", "--data", "frozenlake", "--agent", "openai", "--base-url", a.url,
+    a, b = llm_servers(lake_tool_solver, 2)
+    run_ok("--mode", "gym", "--data", "frozenlake", "--agent", "openai", "--base-url", a.url,
             "--base-url", b.url, "--tool-calls", "--num-rollouts", "2", "--envs-per-worker", "2",
             "--output-dir", str(tmp_path), "--run-id", "even")
     sessions = {server.url: {r["headers"]["x-session-id"] for r in server.requests} for server in (a, b)}
@@ -458,20 +270,20 @@ def test_cli_two_servers_spread_trajectories_evenly(tmp_path, servers, monkeypat
 
 
 @pytest.mark.parametrize("workers", [2, 4])
-def test_cli_two_servers_share_out_workers_of_one_env_loop_each(tmp_path, servers, monkeypatch, workers):
+def test_cli_two_servers_share_out_workers_of_one_env_loop_each(tmp_path, llm_servers, monkeypatch, workers):
     """The default of one env loop per worker: each worker process balances on its own, so
     without a per-worker tie-break every worker would send every trajectory to the first
     server and leave the second idle."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    a, b = servers(lake_tool_solver, 2)
-    run_cli("--mode", "gym", "--data", "frozenlake", "--agent", "openai", "--base-url", a.url,
+    a, b = llm_servers(lake_tool_solver, 2)
+    run_ok("--mode", "gym", "--data", "frozenlake", "--agent", "openai", "--base-url", a.url,
             "--base-url", b.url, "--tool-calls", "--num-rollouts", str(workers),
             "--output-dir", str(tmp_path), "--run-id", "one-loop")
     sessions = {server.url: {r["headers"]["x-session-id"] for r in server.requests} for server in (a, b)}
     assert not sessions[a.url] & sessions[b.url]
     assert len(sessions[a.url]) + len(sessions[b.url]) == 30
     # half the workers on each server, each keeping to its own
-    records = results(tmp_path / "one-loop")
+    records = read_results(tmp_path / "one-loop")
     used = defaultdict(set)
     for record in records:
         used[record["worker"]].add(record["usage"]["server"])
@@ -497,9 +309,9 @@ def test_an_attempts_sampling_is_merged_over_the_run_configs():
     assert sampled_fields(table, {"temperature": 0}) == ({"temperature": 0}, {})
 
 
-def test_cli_preflight_probes_every_server(tmp_path, servers, monkeypatch):
+def test_cli_preflight_probes_every_server(tmp_path, llm_servers, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    a, b = servers(_echo, 2)
+    a, b = llm_servers(_echo, 2)
     # --model: one the servers list (another is a problem the preflight names)
     args = ["run", "--mode", "gym", "--data", "frozenlake", "--agent", "openai", "--base-url", a.url,
             "--base-url", b.url, "--model", "test-model", "--tool-calls", "--dry-run", "--check-endpoint",
@@ -521,13 +333,13 @@ def test_cli_preflight_probes_every_server(tmp_path, servers, monkeypatch):
     assert f"{a.url} is not reachable" in said and f"{b.url} is not reachable" in said, said
 
 
-def test_cli_preflight_of_a_fleet_with_a_server_of_another_model_says_what_the_run_does(tmp_path, servers,
+def test_cli_preflight_of_a_fleet_with_a_server_of_another_model_says_what_the_run_does(tmp_path, llm_servers,
                                                                                        monkeypatch):
     """One server of the fleet lists another model: the run takes it out and goes on at the
     others, so the dry run passes with a warning naming it (it exited 2 and advised --model,
     which the good servers serve); every server refusing fails it, as the run would stop."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    good, other = servers(_echo, 2)
+    good, other = llm_servers(_echo, 2)
     other.models = ["other-model"]
     args = ["run", "--mode", "gym", "--data", "frozenlake", "--agent", "openai", "--base-url", good.url,
             "--base-url", other.url, "--model", "test-model", "--dry-run", "--check-endpoint",
@@ -552,7 +364,7 @@ def _refuses(body):
     return {"status": 404, "message": f"The model `{body.get('model')}` does not exist."}
 
 
-def test_cli_a_fleet_server_that_refuses_the_model_is_taken_out_and_the_run_goes_on(tmp_path, servers,
+def test_cli_a_fleet_server_that_refuses_the_model_is_taken_out_and_the_run_goes_on(tmp_path, llm_servers,
                                                                                     monkeypatch):
     """One server of the fleet answers 404 (it serves another model): it is taken out of the
     rotation, named once (console, events.jsonl, summary), and its trajectories go on at the
@@ -560,9 +372,9 @@ def test_cli_a_fleet_server_that_refuses_the_model_is_taken_out_and_the_run_goes
     that does not answer at all (a fleet entry with a wrong port) is named too: only
     results.jsonl said so."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    (good,) = servers(_echo)
-    (wrong,) = servers(_refuses)
-    (dead,) = servers(_echo)
+    (good,) = llm_servers(_echo)
+    (wrong,) = llm_servers(_refuses)
+    (dead,) = llm_servers(_echo)
     dead.stop()
 
     # one worker: its first trajectory starts at the first server, refused, then the dead one
@@ -574,7 +386,7 @@ def test_cli_a_fleet_server_that_refuses_the_model_is_taken_out_and_the_run_goes
     said = " ".join(result.output.split())
     assert said.count(f"server taken out of the rotation, it refused the run's settings: {wrong.url}") == 1, said
     assert said.count(f"server left out for its cool-down, it failed: {dead.url}") == 1, said
-    records = results(tmp_path / "one-refuses")
+    records = read_results(tmp_path / "one-refuses")
     assert len(records) == 3 and all(r["final"] and not r["infrastructure"] for r in records), records
     moves = [m for r in records for m in r["usage"].get("server_moves", [])]
     assert [(m["from"], m["to"], m.get("refused", False)) for m in moves] == [
@@ -592,7 +404,7 @@ def test_cli_a_fleet_server_that_refuses_the_model_is_taken_out_and_the_run_goes
     assert list(summary["servers_refused"]) == [wrong.url] and list(summary["servers_failed"]) == [dead.url]
 
 
-def test_a_server_taken_out_for_a_refusal_is_tried_again_after_its_cool_down(servers):
+def test_a_server_taken_out_for_a_refusal_is_tried_again_after_its_cool_down(llm_servers):
     """A refused turn moves on, marked so; the server is left out while it cools down and
     asked again after it (a restart with the right model serves). A refusal at one server and
     an outage at the other is the fleet's outage (model_unavailable, retried), not a refusal
@@ -601,8 +413,8 @@ def test_a_server_taken_out_for_a_refusal_is_tried_again_after_its_cool_down(ser
     from parallel_rollout.agents import EndpointRefused, ModelClient, ModelUnavailable
     from parallel_rollout.agents.servers import pool_for
 
-    (wrong,) = servers(_refuses)
-    (good,) = servers(_echo)
+    (wrong,) = llm_servers(_refuses)
+    (good,) = llm_servers(_echo)
     urls = [wrong.url, good.url]
     client = ModelClient(build_config({"agent": "openai", "mode": "gym", "base_url": urls, "max_retries": 1,
                                        "server_cooldown": 600}))
