@@ -173,6 +173,32 @@ PYTHON_ROWS["rig_check_unittest_env_cleared_by_path"] = (
     PYTHON_ROWS["rig_check_unittest_home_package"][0],
     UNITTEST_HOME.replace("python3 -m unittest discover -p test_check.py",
                           f"bash -c 'exec -c {SYSTEM_ENV} python3 -m unittest discover -p test_check.py'"), False)
+#: a check's python that runs python itself with an empty environment (`subprocess.run(["python3", "-m",
+#: "unittest", …], env={})`, `[sys.executable, …]`) lost the grading names: python has no front, and
+#: its sitecustomize.py front read the environment alone; the answer's ~/test_check/ package,
+#: ~/fractions.py, ~/json.py or usercustomize.py passed the check. That python finds the grading
+#: command by its session (guest/agent_sessions.py), as the fronts do, and starts again with its names
+
+
+def env_empty(argv: str) -> str:
+    """A check's python3 that runs ``argv`` (a Python list's items) with ``env={}``, exiting with its code."""
+    return f"python3 -c 'import subprocess, sys; sys.exit(subprocess.run([{argv}], env={{}}).returncode)'"
+
+
+PYTHON_ROWS["rig_check_unittest_env_empty"] = (
+    PYTHON_ROWS["rig_check_unittest_home_package"][0],
+    UNITTEST_HOME.replace("python3 -m unittest discover -p test_check.py",
+                          env_empty('"python3", "-m", "unittest", "discover", "-p", "test_check.py"')), False)
+PYTHON_ROWS["rig_check_unittest_sys_executable_env_empty"] = (
+    PYTHON_ROWS["rig_check_unittest_home_module"][0],
+    PYTHON_ROWS["rig_check_unittest_home_module"][1].replace(
+        "python3 -m unittest discover -p test_check.py",
+        env_empty('sys.executable, "-m", "unittest", "discover", "-p", "test_check.py"')), False)
+PYTHON_ROWS["rig_check_python_env_empty_home_module"] = (PYTHON_ROWS["rig_check_python_e_home_module"][0],
+                                                         "cd ~ && " + env_empty('"python3", "-c", "import json, sys; sys.exit(3)"'),
+                                                         False)
+PYTHON_ROWS["rig_check_python_env_empty_usercustomize"] = ([USERCUSTOMIZE], env_empty('"python3", "-c", "import sys; sys.exit(3)"'),
+                                                           False)
 PYTHON_ROWS["rig_check_doctest_own_path"] = (PYTHON_ROWS["rig_check_doctest_home_module"][0],
                                              PYTHON_ROWS["rig_check_doctest_home_module"][1].replace(
                                                  "python3 -m", "PATH=/usr/bin:/bin python3 -m"), False)
@@ -202,7 +228,9 @@ PYTHON_PROGRAMS = {"rig_check_pytest_ini": "pytest", "rig_check_pytest_conftest"
                    "rig_check_unittest_bytecode_chmod": "python3", "rig_check_unittest_isolated_by_path": "python3",
                    "rig_check_unittest_e_by_path": "python3", "rig_check_python_e_usercustomize_by_path": "python3",
                    "rig_check_python_e_home_module_by_path": "python3", "rig_check_unittest_env_by_path": "python3",
-                   "rig_check_unittest_env_cleared_by_path": "python3",
+                   "rig_check_unittest_env_cleared_by_path": "python3", "rig_check_unittest_env_empty": "python3",
+                   "rig_check_unittest_sys_executable_env_empty": "python3",
+                   "rig_check_python_env_empty_home_module": "python3", "rig_check_python_env_empty_usercustomize": "python3",
                    "rig_check_doctest_own_path": "python3", "rig_check_doctest_isolated_by_path": "python3",
                    "rig_check_pytest_own_pythonpath_by_path": "pytest"}
 
@@ -251,5 +279,8 @@ PYTHON_HONEST = {
                             f" && {SYSTEM_ENV} -i PATH=/usr/bin:/bin python3 -m unittest discover -v 2>&1 | grep -q 'test_f .* ok'"
                             f" && printf '#!{SYSTEM_ENV} python3\\nimport fractions\\n' > ~/ut/run.py"
                             " && chmod +x ~/ut/run.py && ~/ut/run.py"
+                            # and from a check's python with an empty environment (the session's names back)
+                            " && " + env_empty('"python3", "-m", "unittest", "discover", "-v"') + " 2>&1 | grep -q 'test_f .* ok'"
+                            " && " + env_empty('sys.executable, "-m", "doctest", "sol.py"') +
                             # and after a chmod -R of the home
                             " && chmod -R go-w ~ && python3 -m unittest discover -v 2>&1 | grep -q 'test_f .* ok'"}

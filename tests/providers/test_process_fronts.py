@@ -31,10 +31,13 @@ HIDDEN = "/usr/lib/os-release"
 
 #: rows whose check runs a fronted program by its path with an environment of its own (python's
 #: env={}, bash's exec -c): no PARALLEL_ROLLOUT_GRADING_SINCE reached the front, which ran the
-#: system's git (the answer's core.fsmonitor) or env (python3 without the wrappers' rules); it
-#: finds the grading command by its session (guest/agent_sessions.py)
+#: system's git (the answer's core.fsmonitor) or env (python3 without the wrappers' rules), and
+#: python3 itself run so read the environment alone; each finds the grading command by its
+#: session (guest/agent_sessions.py)
 CLEARED_ROWS = ("rig_check_git_fsmonitor_env_cleared", "rig_check_git_fsmonitor_exec_c",
-                "rig_check_unittest_env_cleared_by_path")
+                "rig_check_unittest_env_cleared_by_path", "rig_check_unittest_env_empty",
+                "rig_check_unittest_sys_executable_env_empty", "rig_check_python_env_empty_home_module",
+                "rig_check_python_env_empty_usercustomize")
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,8 @@ again. What no descendant loses so is its session: every command starts one of i
 agent writes ``SESSIONS/<that pid>``, the grading environment's names a front gives back
 (:data:`GIVEN_BACK`, one ``NAME=value`` a line), before that command can run anything and
 removes it once the command has ended; a front whose environment lacks the marker reads its
-session id from ``/proc/self/stat`` and that file. The folder is there only while a grading
+session id from ``/proc/self/stat`` and that file (python, which has no front, through its
+``sitecustomize.py`` front: ``grading_bin/system_sitecustomize.py``). The folder is there only while a grading
 command is: every call of those programs pays the front's look, graded or not, and outside
 grading it is one stat (dash reads ``/proc/self/stat`` a byte a syscall, ~0.4 ms of CPU a call
 under a process VM's seccomp filter where it read it on every call).
