@@ -7,6 +7,7 @@ removes VMs that killed runs left behind.
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
@@ -34,6 +35,25 @@ _EARLY = ({sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
 for _sig, _was in _EARLY.items():
     if _was in (signal.SIG_DFL, signal.default_int_handler):
         signal.signal(_sig, _early_exit)
+
+
+def _reap_resource_tracker(owner: int = os.getpid()) -> None:
+    """Stop multiprocessing's resource tracker, the command's child, and reap it. Left to end
+    on its own as the command exits, it ends an orphan: a zombie under a pid 1 that reaps
+    nothing (a container's ``sh``, ``docker run`` without --init). Newer Pythons do this
+    themselves (CPython gh-88887)."""
+    tracker = sys.modules.get("multiprocessing.resource_tracker")
+    if tracker is not None and os.getpid() == owner:  # a forked child's is its parent's
+        try:
+            tracker._resource_tracker._stop()
+        except (ChildProcessError, OSError, AttributeError):
+            pass  # not started here, or already gone
+
+
+# registered before multiprocessing's own exit handler (atexit runs the last first): it runs
+# after that one, whose finalizers unregister semaphores with the tracker
+if _PROGRAM:
+    atexit.register(_reap_resource_tracker)
 
 import difflib
 from typing import Any
