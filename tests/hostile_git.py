@@ -72,6 +72,17 @@ GIT_ROWS["rig_check_git_fsmonitor_env_cleared"] = (GIT_ROWS["rig_check_git_fsmon
 GIT_ROWS["rig_check_git_fsmonitor_exec_c"] = (GIT_ROWS["rig_check_git_fsmonitor"][0],
                                               STATUS.replace("git status --porcelain",
                                                              f"bash -c 'exec -c {SYSTEM_GIT} status --porcelain'"), False)
+#: git by its name from bash's `exec -c` (no environment, the wrappers' git found on bash's own PATH): a
+#: guard, the wrapper's dash has its default PATH then
+GIT_ROWS["rig_check_git_fsmonitor_exec_c_by_name"] = (GIT_ROWS["rig_check_git_fsmonitor"][0],
+                                                      STATUS.replace("git status --porcelain",
+                                                                     "bash -c 'exec -c git status --porcelain'"), False)
+#: a check's PATH of the wrappers' folder alone (a grading command's first entry): the git wrapper took
+#: it off and left `/opt/system-originals:`, whose empty entry is the current folder, and ran the
+#: answer's ./python3 of its repo in place of the system's (exit 0: an empty `git status`), or none (127)
+ONLY_THE_WRAPPERS = "PATH=${PATH%%:*} "
+GIT_ROWS["rig_check_git_python3_in_the_repo"] = ([REPO, "cd ~/repo && printf '#!/bin/sh\\nexit 0\\n' > python3 && chmod +x python3"],
+                                                 f'cd ~/repo && s=$({ONLY_THE_WRAPPERS}git status --porcelain) && test -z "$s"', False)
 #: the honest answer's status, git by its path with an empty environment: its exit code and output
 HONEST_ENV_CLEARED = ("cd ~/repo && python3 -c 'import subprocess, sys; r = subprocess.run("
                       f"[\"{SYSTEM_GIT}\", \"status\", \"--porcelain\"], env={{}}, capture_output=True);"
@@ -79,4 +90,7 @@ HONEST_ENV_CLEARED = ("cd ~/repo && python3 -c 'import subprocess, sys; r = subp
 #: an honest answer to them: it commits the change (its repo's program is still there, unused)
 HONEST_GIT = ([REPO, f"{PROGRAM} && git commit -qam done && git config core.fsmonitor ~/.x"],
               f"{STATUS} && {STATUS.replace('git status', f'{SYSTEM_GIT} status')} && {HONEST_ENV_CLEARED}"
+              # by its name with no environment, and from a PATH of the wrappers' folder alone
+              f" && {GIT_ROWS['rig_check_git_fsmonitor_exec_c_by_name'][1]}"
+              f" && {GIT_ROWS['rig_check_git_python3_in_the_repo'][1]}"
               " && test ! -e ~/ran")

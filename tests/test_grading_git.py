@@ -28,7 +28,8 @@ pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
 sys.path.insert(0, agent_grading.GRADING_BIN)
 import git_no_programs  # noqa: E402  (a file of the guest's grading_bin, not a package)
-from hostile_git import ATTRIBUTE, CHEATS, DIFF, PAGED, PROGRAM, REPO, STATUS, STATUS_ALL  # noqa: E402
+from hostile_git import (ATTRIBUTE, CHEATS, DIFF, GIT_ROWS, ONLY_THE_WRAPPERS, PAGED, PROGRAM,  # noqa: E402
+                         REPO, STATUS, STATUS_ALL)
 
 
 def _home(tmp_path: Path, monkeypatch) -> Path:
@@ -152,3 +153,23 @@ def test_a_check_that_puts_a_folder_before_the_wrappers_still_runs_through_them(
     _answer("cd ~/repo && git config core.fsmonitor ~/.x")  # and the wrapper still acts
     result = _check(first + STATUS)
     assert result["returncode"] != 0 and not (home / "ran").exists(), result
+
+
+def test_a_path_of_the_wrappers_folder_alone_still_runs_the_systems_git(tmp_path, monkeypatch):
+    """A check whose PATH is the wrappers' folder alone (or ``.`` in it) ran git's wrapper, which
+    takes its folder off PATH: none was left (``/opt/system-originals:`` in a guest, whose empty
+    entry is the current folder), so it ran no python3 (127: an honest answer failed its check), or
+    the answer's ./python3 of its repo, whose exit 0 was an empty ``git status``: a wrong answer
+    passed. And bash's ``exec -c git`` (no environment at all) runs the wrapper still."""
+    home = _home(tmp_path, monkeypatch)
+    _answer(REPO, f"{PROGRAM} && git commit -qam done && git config core.fsmonitor ~/.x")
+    by_name = GIT_ROWS["rig_check_git_fsmonitor_exec_c_by_name"][1]
+    rigged, only_the_wrappers, _ = GIT_ROWS["rig_check_git_python3_in_the_repo"]
+    for check in (by_name, only_the_wrappers):
+        assert _check(check)["returncode"] == 0, check
+    shown = _check('cd "${PATH%%:*}" && PATH=. git -C "$HOME/repo" log -1 --oneline')
+    assert shown["returncode"] == 0 and shown["output"].strip().endswith("done"), shown
+    _answer(rigged[1], "cd ~/repo && echo c > f")  # the answer's python3 in its repo, a change left
+    result = _check(only_the_wrappers)
+    assert result["returncode"] != 0, result
+    assert ONLY_THE_WRAPPERS in only_the_wrappers and not (home / "ran").exists(), result

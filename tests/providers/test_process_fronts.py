@@ -37,7 +37,8 @@ HIDDEN = "/usr/lib/os-release"
 CLEARED_ROWS = ("rig_check_git_fsmonitor_env_cleared", "rig_check_git_fsmonitor_exec_c",
                 "rig_check_unittest_env_cleared_by_path", "rig_check_unittest_env_empty",
                 "rig_check_unittest_sys_executable_env_empty", "rig_check_python_env_empty_home_module",
-                "rig_check_python_env_empty_usercustomize")
+                "rig_check_python_env_empty_usercustomize", "rig_check_git_fsmonitor_exec_c_by_name",
+                "rig_check_git_python3_in_the_repo")
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,11 @@ while :; do
 done
 path=${path#:}
 PATH=${path%:}
+# a PATH of the wrappers' folder alone (`PATH=/opt/parallel-rollout/grading_bin git status`, `PATH=.`
+# from it) left none, and the prefix below made it `/opt/system-originals:`, whose empty entry is
+# the current folder: git's wrapper ran no python3 (127), or the answer's ./python3 in its repo
+# (its exit 0 an empty `git status`); the system's folders then, as dash's PATH when none is given
+if [ -z "$PATH" ]; then PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin; fi
 # every guest we make has the wrappers' fronts at their programs' real paths (/usr/bin/env,
 # /usr/bin/git, /usr/bin/jq …: ./system_front), which would run the wrapper again: their system
 # programs are found here first
