@@ -1,6 +1,7 @@
 """--backend ray without a cluster: what a user without Ray is told (through the config and the
 CLI), the flag that needs it, a cluster that cannot be reached (refused at once, exit 2), a
-Ray run resumed on --backend local, the pools' stats summed over nodes, and the RL policy
+Ray run resumed on --backend local, the pools' stats summed over nodes (a lost node's as of
+its pool's last report), and the RL policy
 gate on TCP that workers on other hosts reach."""
 
 from __future__ import annotations
@@ -198,6 +199,37 @@ def test_pool_stats_summed_over_nodes_and_lost_nodes_counted_dead():
                "status_counts": {"success": 3}, "attempts": 4, "retried_attempts": 1, "timing_s": {}, "vm": total}
     line = next(x for x in format_summary(summary, "out").splitlines() if x.startswith("VMs:"))
     assert "0 died, 2 lost with 1 Ray node(s), 0 replaced" in line, line
+
+
+def test_a_lost_node_s_pool_counts_in_the_totals_as_of_its_last_report(tmp_path):
+    """A node lost mid-run (no stats at the end) after its pool's last report (``report``,
+    taken every second with its events): its leases and resets count in the run's totals and
+    its entry says them, ``as_of`` that report, its VMs dead, with why it was lost. Before,
+    it counted only dead VMs: the run's totals left out the work it did."""
+    from parallel_rollout.backends.ray_actors import PoolActor
+    from parallel_rollout.backends.ray_pools import Node, pools_stats
+
+    pool = PoolActor("process", "lost-report", 1, run_dir=str(tmp_path / "run"))
+    try:
+        vm = pool.call("lease", "w0", "t#0", 60.0)
+        pool.call("release", vm.vm_id)
+        asked_at = time.time()
+        report = pool.report()
+    finally:
+        pool.call("shutdown")
+    alive = {"size": 1, "states": {"booting": 0, "idle": 1, "leased": 0, "resetting": 0, "dead": 0},
+             "utilization": 0.1, "leases": 3, "resets": 3}
+    lost = Node("lost", pool=pool, alive=False, lost_reason="node lost left the cluster",
+                last_stats=report["stats"], last_stats_at=asked_at)
+    total = pools_stats([Node("alive", pool=pool, final_stats=alive), lost], 1, "process")
+    assert total["leases"] == 4 and total["resets"] == 3 + report["stats"]["resets"], total
+    assert total["size"] == 2 and total["states"]["dead"] == 1 and total["states"]["idle"] == 1, total
+    said = total["nodes"]["lost"]
+    assert said["lost"] is True and said["leases"] == 1 and said["as_of"] == round(asked_at, 3), said
+    assert said["reason"] == "node lost left the cluster" and said["states"] == {"dead": 1}, said
+    # a node lost before any report still counts its VMs dead, with no figures
+    early = Node("early", pool=pool, alive=False, lost_reason="its pool died")
+    assert pools_stats([early], 1, "process")["nodes"]["early"] == {"lost": True, "size": 1, "reason": "its pool died"}
 
 
 def test_the_summary_names_the_nodes_lost_and_left_out_with_why():

@@ -3,7 +3,8 @@
 test's own), then lost (its raylet killed by pid, as its host going down does): the run
 places a pool and a worker there and leases that pool's VM, and the node's loss loses
 nothing and doubles nothing (its attempt under way recorded ``worker_died`` and retried on
-another node, every sample final once, the node said lost in summary.json).
+another node, every sample final once, the node said lost in summary.json, its pool's leases
+kept in the run's totals as of its last report).
 """
 
 from __future__ import annotations
@@ -111,6 +112,9 @@ def test_a_node_started_mid_run_serves_attempts_and_its_loss_loses_nothing(clust
             assert joined, ("the node that joined mid-run served no attempt", proc.poll(),
                             (tmp_path / "ray-start.log").read_text()[-2000:], (run_dir / "events.jsonl").read_text()[-3000:])
             assert proc.poll() is None, "the run ended before the joined node could be lost"
+            # the driver takes each pool's report (events, stats) every second: the one after
+            # that lease is taken by now (the next attempt, 2 s long, under way there)
+            time.sleep(1.0)
             _raylet(node).send_signal(signal.SIGKILL)  # its host went down
             node.wait(30)
             stdout, stderr = communicate(proc, 240)
@@ -137,6 +141,12 @@ def test_a_node_started_mid_run_serves_attempts_and_its_loss_loses_nothing(clust
     assert [e for e in events if e["event"] == "node_joined" and joined[:8] in e["reason"]], events
     assert [e for e in events if e["event"] == "node_lost" and joined[:8] in e["reason"]], events
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["vm"]["nodes"][joined]["lost"], summary["vm"]["nodes"]
+    pools = summary["vm"]["nodes"]
+    assert pools[joined]["lost"], pools
+    # the lost node's work counts, as of its pool's last report: its leases in the run's
+    # totals (before, its entry had no figures, and the totals left its leases out)
+    assert pools[joined]["leases"] >= 1 and pools[joined]["as_of"] <= time.time(), pools[joined]
+    assert summary["vm"]["leases"] == sum(said.get("leases", 0) for said in pools.values()), summary["vm"]
+    assert summary["vm"]["leases"] >= len({r["vm"] for r in records if r.get("vm")}), summary["vm"]
     assert summary["ray"]["nodes"][joined]["lost"], summary["ray"]
     assert [n for n, said in summary["ray"]["nodes"].items() if said["lost"]] == [joined], summary["ray"]

@@ -20,8 +20,8 @@ with ``ray.remote`` and pins each to a node. They run inside Ray's worker proces
   ``FOLDER_MARK`` of its run folder, and a worker that reads the same token there sends no
   files (an OSWorld attempt's screenshots are tens of MB: through Ray and the engine's thread
   for nothing where the driver has them already). A pool apart from the folder keeps its
-  events.jsonl lines (``EventLines``) for the driver, which takes them every second
-  (``take_events``) and once more after the pool's shutdown.
+  events.jsonl lines (``EventLines``) for the driver, which takes them every second, with
+  the pool's stats (``report``), and once more after the pool's shutdown.
 """
 
 from __future__ import annotations
@@ -152,6 +152,11 @@ class PoolActor:
         """The events.jsonl lines kept since the last call (none where the pool writes the
         driver's folder itself)."""
         return self.events.take() if self.events is not None else ""
+
+    def report(self) -> dict[str, Any]:
+        """What the driver takes every second: ``take_events``' lines and the pool's stats
+        now (a node lost later still counts its leases, resets and boots, as of this)."""
+        return {"events": self.take_events(), "stats": self.pool.stats()}
 
 
 class RayPool:

@@ -1,7 +1,7 @@
 """The Ray cluster as the ray backend sees it: connecting (once its head node takes a TCP
 connection; the caller's stop-signal handlers kept over ray.init), its nodes, pinning an
-actor (or a task) to a node, the pools' stats summed over nodes, their events appended to the
-run's, and a sweep of every node (the head node's watch: ``ray_head``).
+actor (or a task) to a node, the pools' stats summed over nodes, and a sweep of every node
+(the head node's watch: ``ray_head``; the pools' reports, events and stats: ``ray_pools``).
 
 Nothing here imports Ray at load: ``--backend local`` never needs it.
 """
@@ -16,8 +16,7 @@ import socket
 import threading
 import time
 from multiprocessing.connection import wait as mp_wait
-from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from ..errors import STOP_SIGNALS, ClusterUnreachable, InterruptedBeforeStart, VMError
 from .ray_actors import sweep_here
@@ -36,31 +35,6 @@ REACH_TIMEOUT_S = 5.0
 _SLICE_S = 0.05
 #: seconds a node has for a sweep of leftovers (``Sweeps``, ``sweep_cluster``)
 SWEEP_S = 120.0
-
-
-def take_events(nodes: Iterable[Any], run_dir: Path, wait_s: float = 0.0) -> None:
-    """Append to the run's events.jsonl the lines each alive node's pool kept since it was
-    last asked (none where the pool writes the folder itself: ``PoolActor.take_events``), if
-    it answered within ``wait_s``; then ask it again. A lost node's lines are lost with it."""
-    import ray
-
-    for node in nodes:
-        if node.pool is None or not node.alive:
-            continue
-        if node.events_ref is not None:
-            if not ray.wait([node.events_ref], timeout=wait_s)[0]:
-                continue
-            try:
-                text = ray.get(node.events_ref)
-            except Exception:  # noqa: BLE001 - the pool died: its watch reference says so
-                text = ""
-            if text:
-                try:
-                    with open(run_dir / "events.jsonl", "a", encoding="utf-8") as handle:
-                        handle.write(text)
-                except OSError as exc:
-                    log.warning("cannot write events.jsonl: %s", exc)
-        node.events_ref = node.pool.take_events.remote()
 
 
 def _loopback_first(address: str | None) -> None:

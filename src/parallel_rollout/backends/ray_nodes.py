@@ -1,8 +1,8 @@
 """The nodes of a Ray run as ``ray_backend.RayBackend`` follows them (``NodeWatch``, a base
 of it, as ``base.WorkerTable`` is): a look at the cluster every ``_NODE_POLL_S`` (the pools'
-events.jsonl lines taken, a node gone from the cluster lost, a new one swept of the run's
-leftovers, then joined), a node lost (its pool died, it left the cluster: its workers killed,
-their attempts ``worker_died``) and the cluster's head lost (``HeadWatch.lost_after``:
+reports taken: events.jsonl lines, stats; a node gone from the cluster lost, a new one swept
+of the run's leftovers, then joined), a node lost (its pool died, it left the cluster: its
+workers killed, their attempts ``worker_died``) and the cluster's head lost (``HeadWatch.lost_after``:
 ``HEAD_LOST_S`` unless Ray ends a driver sooner; the run stops);
 what summary.json's ``ray`` section says of them (``cluster``).
 
@@ -16,9 +16,9 @@ import time
 from typing import Any
 
 from .base import BackendSpec, EngineHooks
-from .ray_cluster import Sweeps, take_events
+from .ray_cluster import Sweeps
 from .ray_head import HeadWatch
-from .ray_pools import Node, cluster_nodes
+from .ray_pools import Node, cluster_nodes, take_reports
 
 log = logging.getLogger("parallel_rollout")
 
@@ -49,13 +49,13 @@ class NodeWatch:
         return cluster_nodes(list(self._nodes.values()), self._sweeps.left_out)  # a copy: a trainer's stats() asks from its thread
 
     def _poll_nodes(self) -> None:
-        """Every _NODE_POLL_S: the pools' events taken; nodes gone from the cluster lost, new
-        ones swept (then joined), or joined at once when no mode needs VMs; the head lost
-        once its GCS has not answered for lost_after s."""
+        """Every _NODE_POLL_S: the pools' reports taken (events, stats); nodes gone from the
+        cluster lost, new ones swept (then joined), or joined at once when no mode needs VMs;
+        the head lost once its GCS has not answered for lost_after s."""
         if time.monotonic() - self._last_poll <= _NODE_POLL_S:
             return None
         self._last_poll = time.monotonic()
-        take_events(self._nodes.values(), self.spec.run_dir)
+        take_reports(self._nodes.values(), self.spec.run_dir)
         nodes = None if self._head.lost else self._head.alive_nodes()
         if nodes is None:  # the GCS did not answer in time
             return self._lose_head() if self._head.gone() and not self._head.lost else None

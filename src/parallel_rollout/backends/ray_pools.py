@@ -1,7 +1,9 @@
 """The driver's side of the ray backend's VM pools: one ``Node`` record per node (its pool
-actor, the watch reference that fails when the pool dies, the events call under way), the
-pools' stats summed over the nodes, what summary.json says of the nodes (``cluster_nodes``,
-every Ray run's, VMs or none), and the pools' shutdown at the end of a run.
+actor, the watch reference that fails when the pool dies, the report call under way and the
+last stats it brought), each pool's report taken every second (``take_reports``: its
+events.jsonl lines, its stats), the pools' stats summed over the nodes (a lost node's as of
+its last report), what summary.json says of the nodes (``cluster_nodes``, every Ray run's,
+VMs or none), and the pools' shutdown at the end of a run.
 
 A pool is a ``ray_actors.PoolActor`` pinned to its node; ``ray_backend`` places them, and
 asks them through these. Nothing here imports Ray at load: ``--backend local`` never needs it.
@@ -10,11 +12,12 @@ asks them through these. Nothing here imports Ray at load: ``--backend local`` n
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from .ray_cluster import merge_stats, take_events
+from .ray_cluster import merge_stats
 
 log = logging.getLogger("parallel_rollout")
 
@@ -29,23 +32,58 @@ class Node:
     alive: bool = True
     #: the pool's stats taken at shutdown
     final_stats: dict[str, Any] | None = None
-    #: the pool's take_events call under way (its events.jsonl lines, where it is apart)
-    events_ref: Any = None
+    #: the pool's report call under way (its events.jsonl lines, where it is apart, and stats)
+    report_ref: Any = None
+    #: when that call was made (epoch seconds): what its stats are as of
+    report_asked_at: float = 0.0
+    #: the pool's stats as its last report said them, and when: a node lost later counts them
+    last_stats: dict[str, Any] | None = None
+    last_stats_at: float = 0.0
     #: why the run lost it (its pool died, it left the cluster, the head was lost)
     lost_reason: str = ""
 
 
+def take_reports(nodes: Iterable[Node], run_dir: Path, wait_s: float = 0.0) -> None:
+    """Take each alive node's pool report if it answered within ``wait_s``: the events.jsonl
+    lines it kept since it was last asked (none where the pool writes the folder itself),
+    appended to the run's, and its stats, kept as the node's ``last_stats``; then ask it again.
+    One call a second per node, the events' own: a lost node's last second is lost with it."""
+    import ray
+
+    for node in nodes:
+        if node.pool is None or not node.alive:
+            continue
+        if node.report_ref is not None:
+            if not ray.wait([node.report_ref], timeout=wait_s)[0]:
+                continue
+            try:
+                report = ray.get(node.report_ref)
+            except Exception:  # noqa: BLE001 - the pool died: its watch reference says so
+                report = {}
+            if report.get("stats") is not None:
+                node.last_stats, node.last_stats_at = report["stats"], node.report_asked_at
+            if report.get("events"):
+                try:
+                    with open(run_dir / "events.jsonl", "a", encoding="utf-8") as handle:
+                        handle.write(report["events"])
+                except OSError as exc:
+                    log.warning("cannot write events.jsonl: %s", exc)
+        node.report_ref, node.report_asked_at = node.pool.report.remote(), time.time()
+
+
 def pools_stats(nodes: Iterable[Node], size: int, provider: str,
                 left_out: dict[str, str] | None = None) -> dict[str, Any]:
-    """Every node's pool stats summed (``merge_stats``: a lost node's, or one whose pool does
-    not answer, counted dead, with why it was lost); a node leasing from another's pool has
-    none of its own. ``left_out``: the nodes the run never used (their sweep failed or hung),
-    with why, kept as ``nodes_left_out``: a scheduler reading summary.json sees that the run
-    ran on fewer nodes than the cluster had."""
+    """Every node's pool stats summed (``merge_stats``); a lost node's (or one whose pool does
+    not answer) VMs counted dead, with why it was lost, its counters (leases, resets, boots …)
+    as of its last report (``as_of``, epoch seconds), so the run's totals keep the work it did;
+    a node leasing from another's pool has none of its own. ``left_out``: the nodes the run
+    never used (their sweep failed or hung), with why, kept as ``nodes_left_out``: a scheduler
+    reading summary.json sees that the run ran on fewer nodes than the cluster had."""
     import ray
 
     nodes = list(nodes)
     per_node: dict[str, dict[str, Any] | None] = {}
+    as_of: dict[str, float] = {}  # the lost nodes counted as of their last report
     for node in nodes:
         if node.pool is None:
             continue  # a node leasing from the shared pool
@@ -55,8 +93,13 @@ def pools_stats(nodes: Iterable[Node], size: int, provider: str,
                 stats = ray.get(node.pool.call.remote("stats"), timeout=10)
             except Exception:  # noqa: BLE001 - a pool that cannot answer counts as lost
                 stats = None
+        if stats is None and node.last_stats is not None:  # its work counted, its VMs dead
+            stats = {**node.last_stats, "states": {"dead": node.last_stats.get("size", size)}}
+            as_of[node.node_id] = round(node.last_stats_at, 3)
         per_node[node.node_id] = stats
     total = merge_stats(per_node, size, provider)
+    for node_id, when in as_of.items():
+        total["nodes"][node_id].update(lost=True, as_of=when)
     cluster = cluster_nodes(nodes, left_out)
     for node_id, said in cluster["nodes"].items():  # a pool counted lost says why its node was
         if said.get("reason") and total["nodes"].get(node_id, {}).get("lost"):
@@ -98,8 +141,8 @@ def stop_pools(nodes: Iterable[Node], run_dir: Path, head_lost: bool = False) ->
                 if ray.get(node.pool.call.remote("shutdown"), timeout=10 if head_lost else 120):
                     unclean = True  # boots it stopped waiting for: swept below
                 node.final_stats = ray.get(node.pool.call.remote("stats"), timeout=10)
-                take_events([node], run_dir, wait_s=10)  # the call under way,
-                take_events([node], run_dir, wait_s=10)  # then the rest
+                take_reports([node], run_dir, wait_s=10)  # the call under way,
+                take_reports([node], run_dir, wait_s=10)  # then the rest
             except Exception:  # noqa: BLE001
                 log.warning("the pool of node %s did not shut down; sweeping it", node.node_id[:8])
                 unclean = True
