@@ -103,6 +103,16 @@ MISTAKES = {
     "prefix-typo": (RECREATION, lambda ev: _rename(ev["result"], "goto_prefix", "goto_prefx"),
                     "evaluator result getter 'active_tab_html_parse' of metric 'check_direct_json_object' has the "
                     f"key 'goto_prefx', which the getter does not read: did you mean 'goto_prefix'? {_COMMENT}"),
+    # what 'multi' and 'gives' pick: a 'gives' past the files handed the metric none of them
+    "gives-without-multi": (TABLE, lambda ev: ev["result"].update(gives=[1]),
+                            "evaluator result getter 'vm_file' of metric 'compare_table' has 'gives', which picks "
+                            "among the files of a getter with 'multi': true, and it fetches one file"),
+    "gives-past-files": (MULTI, lambda ev: ev["expected"][1].update(gives=[0, 3]),
+                         "evaluator.expected[1] getter 'cloud_file' of evaluator.func[1] (compare_csv) has 'gives' "
+                         "[0, 3], and it must list indexes of its 3 files (0 to 2)"),
+    "multi-short-dest": (MULTI, lambda ev: ev["expected"][1]["dest"].pop(),
+                         "evaluator.expected[1] getter 'cloud_file' of evaluator.func[1] (compare_csv) has 'multi', "
+                         "and its 'path' and 'dest' must be lists of the same length"),
     "selector-id": (RECREATION, lambda ev: ev["expected"].update(selector="id"),
                     "evaluator expected getter 'gotoRecreationPage_and_get_html_content' of metric "
                     "'check_direct_json_object' has 'selector' 'id', which the getter does not read (it reads 'class')"),

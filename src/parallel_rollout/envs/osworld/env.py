@@ -89,26 +89,6 @@ def check_pyautogui(vm) -> None:
             "which puts its own xdotool-backed one on the PYTHONPATH of the commands it runs")
 
 
-def _check_multi_file_getters(evaluator: Mapping[str, Any]) -> None:
-    """ValueError at load for a ``vm_file``/``cloud_file`` getter with ``multi: true`` whose
-    ``path`` and ``dest`` are not lists of one length, or whose ``gives`` picks past them."""
-    for role in ("result", "expected"):
-        value = evaluator.get(role)
-        for getter in value if isinstance(value, list) else [value]:
-            if not isinstance(getter, dict) or getter.get("type") not in ("vm_file", "cloud_file") \
-                    or not getter.get("multi"):
-                continue
-            paths, dests = getter.get("path"), getter.get("dest")
-            if not isinstance(paths, list) or not isinstance(dests, list) or len(paths) != len(dests):
-                raise ValueError(f"evaluator {role} getter {getter['type']} with 'multi': 'path' and "
-                                 "'dest' must be lists of the same length")
-            gives = getter.get("gives", [0])
-            if not isinstance(gives, list) or not all(isinstance(i, int) and 0 <= i < len(paths)
-                                                      for i in gives):
-                raise ValueError(f"evaluator {role} getter {getter['type']}: 'gives' must list "
-                                 f"indexes below {len(paths)}")
-
-
 def reply_text(turn: Mapping[str, Any]) -> str | None:
     """The model's reply the step's action was read from (traj.jsonl's ``response``, as
     OSWorld keeps it): the turn's last call's text, after the pieces a re-tokenized partial
@@ -157,7 +137,6 @@ class OSWorldEnv(Env):
         steps.check_steps(payload.get("config", []), "config")
         steps.check_steps(payload["evaluator"].get("postconfig", []), "evaluator postconfig")
         ev.check_evaluator(payload["evaluator"])
-        _check_multi_file_getters(payload["evaluator"])
         reference = payload.get("reference")
         if reference is not None:
             if not isinstance(reference, list):

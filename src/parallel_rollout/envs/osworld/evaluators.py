@@ -12,7 +12,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-from .getter_keys import FIELDS as GETTER_FIELDS, key_problem
+from .getter_keys import FIELDS as GETTER_FIELDS, files_problem, key_problem
 from .getters import GETTERS
 from .metrics import METRICS
 from .option_keys import option_problem
@@ -144,8 +144,9 @@ def check_evaluator(evaluator: Any) -> None:
                 if name not in getter:
                     raise ValueError(f"{place.piece(role)} getter {getter['type']!r} of {place.metric} "
                                      f"needs the field {name!r}")
-            # a key the getter does not read (a typo of 'multi') was ignored: the wrong state scored
-            problem = key_problem(getter) if getter["type"] in GETTERS else None
+            # a key the getter does not read (a typo of 'multi') was ignored, a 'gives' past its files
+            # picked none: the wrong state scored
+            problem = key_problem(getter) or files_problem(getter) if getter["type"] in GETTERS else None
             if problem:
                 raise ValueError(f"{place.piece(role)} getter {getter['type']!r} of {place.metric} {problem}")
             # what the getter gives, the metric cannot read (a rule's object opened as a file): a 0

@@ -8,7 +8,8 @@ one file where the task meant several, and the metric scored the agent on the wr
 with nothing saying why. :data:`FIELDS` are the keys a getter reads without a default (one
 missing failed every grading), :data:`OPTIONAL` those it reads with one; :func:`key_problem`
 names a key in neither (and the nearest one the getter reads) as the folder loads. A key
-starting with ``_`` is a comment, as in the evaluator. tests/test_osworld_getter_keys.py
+starting with ``_`` is a comment, as in the evaluator. :func:`files_problem` checks what a
+file getter's ``multi`` and ``gives`` pick. tests/test_osworld_getter_keys.py
 checks both lists against each getter's code and the 369 real tasks.
 """
 
@@ -18,7 +19,7 @@ from typing import Any
 
 from .rule_keys import unread_hint
 
-__all__ = ["FIELDS", "OPTIONAL", "VALUES", "key_problem", "reads"]
+__all__ = ["FIELDS", "OPTIONAL", "VALUES", "files_problem", "key_problem", "reads"]
 
 _DEST = ("dest",)
 #: getter type -> the keys it reads without a default, as OSWorld's own do: one missing is the
@@ -84,4 +85,26 @@ def key_problem(getter: dict) -> str | None:
         allowed = VALUES.get((kind, key))
         if allowed is not None and value not in allowed:
             return f"has {key!r} {value!r}, which the getter does not read (it reads {', '.join(map(repr, allowed))})"
+    return None
+
+
+def files_problem(getter: dict) -> str | None:
+    """What a ``vm_file``'s or ``cloud_file``'s ``multi`` and ``gives`` cannot fetch: with
+    ``multi``, ``path`` and ``dest`` are lists of one length and ``gives`` picks indexes of
+    them; without it one file is fetched, and a ``gives`` picking past it handed the metric
+    an empty list (a 0)."""
+    if getter["type"] not in ("vm_file", "cloud_file"):
+        return None
+    if not getter.get("multi"):
+        if "gives" in getter:
+            return ("has 'gives', which picks among the files of a getter with 'multi': true, and it fetches one "
+                    "file: give 'multi' (and lists 'path' and 'dest'), or drop 'gives'")
+        return None
+    paths, dests = getter.get("path"), getter.get("dest")
+    if not isinstance(paths, list) or not isinstance(dests, list) or len(paths) != len(dests):
+        return "has 'multi', and its 'path' and 'dest' must be lists of the same length"
+    gives = getter.get("gives", [0])
+    if not isinstance(gives, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(paths) for i in gives):
+        return f"has 'gives' {gives!r}, and it must list indexes of its {len(paths)} files (0 to {len(paths) - 1})"
     return None
