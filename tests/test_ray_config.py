@@ -335,3 +335,20 @@ def test_a_driver_whose_ray_ends_it_sooner_counts_its_head_lost_sooner(monkeypat
     else:
         monkeypatch.setenv(RAY_GCS_TIMEOUT_ENV, ray_s)
     assert HeadWatch().lost_after == lost_after
+
+
+@pytest.mark.parametrize("cluster_s, env_s, lost_after", [(12, "600", 3.0), (600, "12", 15.0), (None, "12", 3.0)])
+def test_ray_s_time_set_in_the_cluster_s_config_goes_before_the_driver_s_environment(
+        monkeypatch, cluster_s, env_s, lost_after):
+    """A cluster whose head was started with Ray's time to end a driver without its GCS in its
+    system config (``ray start --head --system-config``): Ray ends the driver after that time,
+    whatever the driver's environment says (26 s after the head was killed with 25 there and
+    100 in the environment), so the run's limit is a quarter of it; without it, the
+    environment's (tests/test_ray_connect.py, on a cluster)."""
+    from parallel_rollout.backends.ray_head import RAY_GCS_TIMEOUT, RAY_GCS_TIMEOUT_ENV, head_lost_s
+
+    monkeypatch.setenv(RAY_GCS_TIMEOUT_ENV, env_s)
+    config = {"automatic_object_spilling_enabled": True}
+    if cluster_s is not None:
+        config[RAY_GCS_TIMEOUT] = cluster_s
+    assert head_lost_s(config) == lost_after

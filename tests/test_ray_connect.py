@@ -128,11 +128,12 @@ def test_a_cluster_that_refuses_the_driver_s_token_is_the_run_s_error(tmp_path):
 
 
 #: a cluster of its own (a head and one other node), up until it is killed; it says its
-#: address and the pids of its head node's processes
+#: address and the pids of its head node's processes (argv: the head's system config, JSON)
 _HEAD_AND_NODE = f"""
 import json, sys
 from ray.cluster_utils import Cluster
-cl = Cluster(initialize_head=True, connect=False, head_node_args=dict({_NODE!r}, include_dashboard=False))
+cl = Cluster(initialize_head=True, connect=False, head_node_args=dict({_NODE!r}, include_dashboard=False,
+                                                                      _system_config=json.loads(sys.argv[1])))
 cl.add_node(**{_NODE!r})
 cl.wait_for_nodes()
 head = {{name: [info.process.pid for info in infos] for name, infos in cl.head_node.all_processes.items()}}
@@ -142,12 +143,14 @@ sys.stdin.read()
 
 
 @contextlib.contextmanager
-def head_and_node(prefix: str) -> Iterator[tuple[dict, dict[str, str]]]:
-    """A cluster of its own (``_HEAD_AND_NODE``) in a RAY_TMPDIR of its own: what it said (its
-    address, its head node's pids) and the environment that reaches it; killed after."""
+def head_and_node(prefix: str, system_config: dict | None = None) -> Iterator[tuple[dict, dict[str, str]]]:
+    """A cluster of its own (``_HEAD_AND_NODE``, its head started with ``system_config``) in a
+    RAY_TMPDIR of its own: what it said (its address, its head node's pids) and the
+    environment that reaches it; killed after."""
     with own_ray_tmp(prefix) as ray_tmp:
         env = dict(os.environ, RAY_TMPDIR=str(ray_tmp))
-        cluster_proc = subprocess.Popen([sys.executable, "-c", _HEAD_AND_NODE], stdin=subprocess.PIPE,
+        cluster_proc = subprocess.Popen([sys.executable, "-c", _HEAD_AND_NODE, json.dumps(system_config or {})],
+                                        stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, text=True, env=env)
         try:
             said = json.loads(cluster_proc.stdout.readline() or "{}")
@@ -214,18 +217,22 @@ def test_a_lost_head_node_ends_the_run_with_its_summary_and_it_resumes(tmp_path,
 
 
 @pytest.mark.slow
-def test_a_driver_given_a_shorter_ray_gcs_timeout_stops_its_run_before_ray_ends_it(tmp_path):
-    """The head node killed under a driver whose environment sets Ray's own time to end a
-    driver without its GCS shorter than the run's 15 s (RAY_gcs_rpc_server_reconnect_timeout_s
-    = 12): the run counts the head lost within a quarter of it, and stops with its summary,
-    the head named and the resume line. It waited its 15 s, and Ray ended it first: 'Failed to
-    connect to GCS within 12 seconds', no summary, no resume line."""
+@pytest.mark.parametrize("set_in", ["environment", "cluster"])
+def test_a_driver_given_a_shorter_ray_gcs_timeout_stops_its_run_before_ray_ends_it(tmp_path, set_in):
+    """The head node killed under a driver whose Ray ends it without its GCS sooner than the
+    run's 15 s (gcs_rpc_server_reconnect_timeout_s = 12), set in the driver's ``environment``
+    (RAY_gcs_rpc_server_reconnect_timeout_s) or in the ``cluster``'s system config (its head
+    started with it; Ray puts it before the environment, which says 600 here): the run counts
+    the head lost within a quarter of it, and stops with its summary, the head named and the
+    resume line. It waited its 15 s, and Ray ended it first: 'Failed to connect to GCS within
+    12 seconds', no summary, no resume line (the cluster's setting: before the run read it)."""
     tasks = [shell_task(f"g{i}", reference=["sleep 3", f"touch ~/g{i}.done"]) for i in range(20)]
-    with head_and_node("pr-gto-") as (said, env):
+    in_cluster = {"gcs_rpc_server_reconnect_timeout_s": 12} if set_in == "cluster" else {}
+    with head_and_node("pr-gto-", in_cluster) as (said, env):
         cmd = _cli(tmp_path, said["address"], "short")
         cmd[cmd.index("--data") + 1] = str(write_tasks(tmp_path / "tasks.jsonl", tasks))
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=dict(env, RAY_gcs_rpc_server_reconnect_timeout_s="12"))
+                                env=dict(env, RAY_gcs_rpc_server_reconnect_timeout_s="600" if in_cluster else "12"))
         results = tmp_path / "short" / "results.jsonl"
         deadline = time.monotonic() + 120
         while proc.poll() is None and time.monotonic() < deadline and not (results.exists() and results.stat().st_size):

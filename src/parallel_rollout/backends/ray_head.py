@@ -18,20 +18,39 @@ from typing import Any, Callable
 #: counts the cluster lost and stops: Ray itself ends a driver whose GCS is gone 60 s (its
 #: gcs_rpc_server_reconnect_timeout_s), at once, with no summary; this leaves the stop its time
 HEAD_LOST_S = 15.0
-#: Ray's own setting of that time, read from the driver's environment as Ray reads it
-RAY_GCS_TIMEOUT_ENV = "RAY_gcs_rpc_server_reconnect_timeout_s"
+#: Ray's own setting of that time: in the cluster's system config (its head started with
+#: ``--system-config``, or ``_system_config`` of ray.init), which Ray puts first, or else in
+#: the driver's environment, as Ray reads them
+RAY_GCS_TIMEOUT = "gcs_rpc_server_reconnect_timeout_s"
+RAY_GCS_TIMEOUT_ENV = f"RAY_{RAY_GCS_TIMEOUT}"
 
 
-def head_lost_s() -> float:
+def head_lost_s(cluster_config: dict[str, Any] | None = None) -> float:
     """HEAD_LOST_S, or a quarter of Ray's own time to end the driver (as 15 s is of its 60)
-    when the driver's environment sets that shorter: the run stopped, naming the head, before
-    Ray ended it. A longer one leaves the run's limit as it is (and a trainer more time after
-    get_batch's error)."""
+    when that is shorter: the run stopped, naming the head, before Ray ended it. Ray's time
+    is the cluster's system config's (``cluster_config``), else the driver's environment's.
+    A longer one leaves the run's limit as it is (and a trainer more time after get_batch's
+    error)."""
+    said = (cluster_config or {}).get(RAY_GCS_TIMEOUT)
+    if said is None:
+        said = os.environ.get(RAY_GCS_TIMEOUT_ENV, "") or "inf"
     try:
-        ray_s = float(os.environ.get(RAY_GCS_TIMEOUT_ENV, "") or "inf")
-    except ValueError:  # Ray's to refuse
+        ray_s = float(said)
+    except (TypeError, ValueError):  # Ray's to refuse
         return HEAD_LOST_S
     return min(HEAD_LOST_S, max(ray_s / 4, 0.5))
+
+
+def cluster_config() -> dict[str, Any]:
+    """The system config the cluster's head was started with, as its GCS says it: Ray's
+    settings there win over the driver's environment ({} when it cannot be read: a Ray
+    client's driver, ray://, has no GCS of its own to ask)."""
+    from ray._private.state import state
+
+    try:
+        return dict(state.get_system_config())
+    except Exception:  # noqa: BLE001
+        return {}
 
 
 class HeadWatch:
@@ -49,8 +68,10 @@ class HeadWatch:
         self._asked: dict[str, Any] | None = None  # the call under way: "done", "nodes"
         #: the run counted the head lost (after ``lost_after`` s): no call that waits on it any more
         self.lost = False
-        #: seconds unanswered that count the head lost (``head_lost_s``)
+        #: seconds unanswered that count the head lost (``head_lost_s``: the driver's
+        #: environment's, then the cluster's system config's, read with its first answer)
         self.lost_after = head_lost_s()
+        self._config_read = False
 
     def attach(self) -> list[str] | None:
         """Watch the head of the cluster this process is connected to: its address, then the
@@ -109,6 +130,8 @@ class HeadWatch:
 
                 try:
                     found = ray.nodes()
+                    if not self._config_read:  # once the GCS answers: read once
+                        self._config_read, self.lost_after = True, head_lost_s(cluster_config())
                     self.node_id = self.node_id or next((n["NodeID"] for n in found if "node:__internal_head__"
                                                          in n.get("Resources", {})), None)
                     asked["nodes"] = alive_ids(found)
