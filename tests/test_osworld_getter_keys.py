@@ -107,6 +107,9 @@ MISTAKES = {
     "gives-without-multi": (TABLE, lambda ev: ev["result"].update(gives=[1]),
                             "evaluator result getter 'vm_file' of metric 'compare_table' has 'gives', which picks "
                             "among the files of a getter with 'multi': true, and it fetches one file"),
+    "time-suffix": (TABLE, lambda ev: ev["result"].update(time_suffix=True),
+                    "evaluator result getter 'vm_file' of metric 'compare_table' has 'time_suffix', which this mode "
+                    "does not implement"),
     "gives-past-files": (MULTI, lambda ev: ev["expected"][1].update(gives=[0, 3]),
                          "evaluator.expected[1] getter 'cloud_file' of evaluator.func[1] (compare_csv) has 'gives' "
                          "[0, 3], and it must list indexes of its 3 files (0 to 2)"),

@@ -89,13 +89,16 @@ def key_problem(getter: dict) -> str | None:
 
 
 def files_problem(getter: dict) -> str | None:
-    """What a ``vm_file``'s or ``cloud_file``'s ``multi`` and ``gives`` cannot fetch: with
-    ``multi``, ``path`` and ``dest`` are lists of one length and ``gives`` picks indexes of
-    them; without it one file is fetched, and a ``gives`` picking past it handed the metric
-    an empty list (a 0)."""
+    """What a ``vm_file``'s or ``cloud_file``'s ``multi``, ``gives`` and ``time_suffix``
+    cannot fetch: with ``multi``, ``path`` and ``dest`` are lists of one length and ``gives``
+    picks indexes of them; without it one file is fetched, a ``gives`` picking past it handed
+    the metric an empty list (a 0), and a ``time_suffix`` raised at grading."""
     if getter["type"] not in ("vm_file", "cloud_file"):
         return None
     if not getter.get("multi"):
+        if getter.get("time_suffix"):  # OSWorld's reads the file's creation time on the guest
+            return ("has 'time_suffix', which this mode does not implement (its 'dest' named with the file's "
+                    "creation time): drop it, and give 'dest' the name")
         if "gives" in getter:
             return ("has 'gives', which picks among the files of a getter with 'multi': true, and it fetches one "
                     "file: give 'multi' (and lists 'path' and 'dest'), or drop 'gives'")
