@@ -45,7 +45,7 @@ def _reap_resource_tracker(owner: int = os.getpid()) -> None:
     tracker = sys.modules.get("multiprocessing.resource_tracker")
     if tracker is not None and os.getpid() == owner:  # a forked child's is its parent's
         try:
-            tracker._resource_tracker._stop()
+            tracker._resource_tracker._stop()  # noqa: SLF001 - the stdlib tracker's own stop
         except (ChildProcessError, OSError, AttributeError):
             pass  # not started here, or already gone
 
