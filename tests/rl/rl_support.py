@@ -4,6 +4,7 @@ and small FrozenLake task sets."""
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from pathlib import Path
 
 from llm_server import LLMServer
@@ -57,3 +58,11 @@ def random_moves(seed: int = 0):
 
     rng = random.Random(seed)
     return lambda body: {"reply": f"<answer>{rng.choice(['Left', 'Down', 'Right', 'Up'])}</answer>"}
+
+
+def by_group(batch) -> dict[str, list]:
+    """A batch's trajectories by their group id."""
+    groups = defaultdict(list)
+    for trajectory in batch:
+        groups[trajectory.group_id].append(trajectory)
+    return groups
