@@ -6,7 +6,6 @@ member's request is aborted without killing its worker."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import threading
 import time
@@ -18,33 +17,16 @@ from llm_server import llm_server  # noqa: F401 - fixture
 from parallel_rollout.agents.openai_agent import OpenAIAgent
 from parallel_rollout.config import RunConfig
 from parallel_rollout.errors import AttemptCancelled, ConfigError
-from parallel_rollout.policy_gate import GateClient, PolicyGate
+from parallel_rollout.policy_gate import PolicyGate
 from parallel_rollout.results import read_records
-from parallel_rollout.rl import EnvManagerConfig, SchedulerClosed, generation
+from parallel_rollout.rl import EnvManagerConfig, SchedulerClosed
 from parallel_rollout.rl.segments import build_segments
 from parallel_rollout.tasks import Task
+from held_replies import IDS, PROMPT, REPLY, continuing, each_streamed, held, wait_until
 from rl_support import TINY, lake_set, rl_config
 from table_policy import TablePolicy
 
 OBSERVATION = {"grid": "PFFF\nFHFH\nFFFH\nHFFG", "position": [0, 0], "steps": 0, "max_steps": 16}
-#: a reply of one character per token, ending in a move the gym mode parses
-REPLY = "thinking " * 6 + "<answer>Right</answer>"
-IDS = [1000 + k for k in range(len(REPLY))]
-PROMPT = [1, 2, 3]
-
-
-def continuing(body):
-    """The reply, continued after a partial assistant message (continue_final_message), as a
-    server keeps sampling from where the aborted request stopped."""
-    done = 0
-    if body.get("continue_final_message"):
-        assert body["messages"][-1]["role"] == "assistant" and body.get("add_generation_prompt") is False
-        done = len(body["messages"][-1]["content"])
-        assert REPLY.startswith(body["messages"][-1]["content"])
-    return {"reply": REPLY[done:], "token_ids": IDS[done:], "logprobs": [-0.5] * (len(IDS) - done),
-            "prompt_token_ids": PROMPT + IDS[:done]}
-
-
 def _agent(url: str, gate: PolicyGate, **changes) -> OpenAIAgent:
     config = RunConfig(mode="gym", agent="openai", base_url=url, model="m", policy_gate=gate.path, policy_gate_key=gate.key,
                        max_retries=2, **changes)
@@ -52,36 +34,6 @@ def _agent(url: str, gate: PolicyGate, **changes) -> OpenAIAgent:
     agent.model.backoff_base_s = 0.01
     agent.reset(Task(id="lake", mode="gym", payload={"size": 4}))
     return agent
-
-
-def _wait(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.005)
-
-
-def _held(count: int):
-    """A policy whose first ``count`` replies begin when the test sets the event it returns
-    (once it has seen all ``count`` requests) and stream at 10 tokens a second (about 8 s a
-    reply): under load the first then ends neither before the last request begins (``count``
-    were never in flight at once) nor before the test's suspend. Later replies (after the
-    update) stream at the server's rate."""
-    asked = threading.Event()
-    first = itertools.count()
-
-    def policy(body):
-        if next(first) < count:
-            asked.wait(60)
-            return {**continuing(body), "token_rate": 10}
-        return continuing(body)
-
-    return policy, asked
-
-
-def _each_streamed(server, count: int, tokens: int = 3) -> bool:
-    """Each of the first ``count`` requests' streams has sent ``tokens`` tokens."""
-    return all(server.streamed.get(index, 0) >= tokens for index in range(count))
 
 
 @pytest.fixture
@@ -93,7 +45,7 @@ def gate():
 
 @pytest.mark.parametrize("partial", [False, True], ids=["regenerate", "partial"])
 def test_suspend_aborts_eight_turns_at_the_server(gate, llm_server, partial):
-    policy, asked = _held(8)
+    policy, asked = held(8)
     server = llm_server(policy=policy, token_rate=40)  # after the update, 76 tokens: about 2 s a reply
     agents = [_agent(server.url, gate, partial_rollout=partial) for _ in range(8)]
     results: list = []
@@ -101,13 +53,13 @@ def test_suspend_aborts_eight_turns_at_the_server(gate, llm_server, partial):
                for a in agents]
     for thread in threads:
         thread.start()
-    _wait(lambda: len(server.requests) == 8, timeout=60)
+    wait_until(lambda: len(server.requests) == 8, timeout=60)
     asked.set()
-    _wait(lambda: gate.in_flight == 8 and _each_streamed(server, 8))
+    wait_until(lambda: gate.in_flight == 8 and each_streamed(server, 8))
     started = time.monotonic()
     gate.suspend(abort=True)
     assert time.monotonic() - started < 1.0
-    _wait(lambda: len(server.aborts) == 8, timeout=1.0)
+    wait_until(lambda: len(server.aborts) == 8, timeout=1.0)
     assert max(a["time"] for a in server.aborts) - started < 1.0
     time.sleep(0.3)
     assert len(server.requests) == 8 and not results, "a request started while suspended"
@@ -142,7 +94,7 @@ def test_a_scheduler_aborts_eight_env_loops_mid_turn(tmp_path, llm_server, sched
     suspend(abort=True) returns within a second and the server logs 8 aborts within a second;
     nothing starts while suspended; after resume(7) every turn completes (regenerated at 7,
     or continued: versions [6…, 7…]) and no attempt spent a retry."""
-    policy, asked = _held(8)
+    policy, asked = held(8)
     server = llm_server(policy=policy, token_rate=20)  # after the update, 76 tokens: about 4 s a reply
     train = schedulers(rl_config(tmp_path, server, num_rollouts=2, envs_per_worker=4, partial_rollout=partial,
                                  max_retries=1),
@@ -152,14 +104,14 @@ def test_a_scheduler_aborts_eight_env_loops_mid_turn(tmp_path, llm_server, sched
     got: list = []
     thread = threading.Thread(target=lambda: got.append(train.get_batch(batch_size=8, step=0)), daemon=True)
     thread.start()
-    _wait(lambda: len(server.requests) == 8, timeout=120)  # every loop is in its first model request
+    wait_until(lambda: len(server.requests) == 8, timeout=120)  # every loop is in its first model request
     asked.set()
-    _wait(lambda: _each_streamed(server, 8))
+    wait_until(lambda: each_streamed(server, 8))
     assert not server.aborts
     started = time.monotonic()
     train.suspend(abort=True)
     assert time.monotonic() - started < 1.0
-    _wait(lambda: len(server.aborts) == 8, timeout=1.0)
+    wait_until(lambda: len(server.aborts) == 8, timeout=1.0)
     assert max(a["time"] for a in server.aborts) - started < 1.0
     assert sorted(a["request"] for a in server.aborts) == list(range(8)) and all(a["tokens"] for a in server.aborts)
     time.sleep(0.3)
@@ -191,7 +143,7 @@ def test_an_abort_is_never_a_retry(gate, llm_server):
     thread.start()
     for version in range(7, 12):  # five aborts in a row
         streamed = server.tokens_streamed
-        _wait(lambda: gate.in_flight == 1 and server.tokens_streamed > streamed + 2)
+        wait_until(lambda: gate.in_flight == 1 and server.tokens_streamed > streamed + 2)
         gate.suspend(abort=True)
         gate.resume(version)
     thread.join(10)
@@ -208,9 +160,9 @@ def test_an_abort_url_is_told_the_aborted_streams_id(gate, llm_server):
     agent = _agent(server.url, gate, abort_url=server.url + "/abort")
     thread = threading.Thread(target=lambda: agent.act(OBSERVATION), daemon=True)
     thread.start()
-    _wait(lambda: gate.in_flight == 1 and server.tokens_streamed >= 2)
+    wait_until(lambda: gate.in_flight == 1 and server.tokens_streamed >= 2)
     gate.suspend(abort=True)
-    _wait(lambda: told, timeout=2.0)
+    wait_until(lambda: told, timeout=2.0)
     assert told == [{"request_id": "cmpl-0", "rid": "cmpl-0"}]  # "rid": SGLang's /abort_request
     gate.resume(7)
     thread.join(10)
@@ -226,9 +178,9 @@ def test_an_abort_url_path_is_on_each_requests_own_server(gate, llm_server):
     threads = [threading.Thread(target=lambda a=a: a.act(OBSERVATION), daemon=True) for a in agents]
     for thread in threads:
         thread.start()
-    _wait(lambda: gate.in_flight == 2 and all(s.tokens_streamed >= 2 for s in servers))
+    wait_until(lambda: gate.in_flight == 2 and all(s.tokens_streamed >= 2 for s in servers))
     gate.suspend(abort=True)
-    _wait(lambda: told[0] and told[1], timeout=2.0)
+    wait_until(lambda: told[0] and told[1], timeout=2.0)
     assert told == {0: [{"request_id": "cmpl-0", "rid": "cmpl-0"}], 1: [{"request_id": "cmpl-0", "rid": "cmpl-0"}]}
     gate.resume(7)
     for thread in threads:
@@ -285,161 +237,23 @@ def test_a_request_queued_at_the_server_is_aborted_before_its_reply_begins(gate,
 
     thread = threading.Thread(target=act, daemon=True)
     thread.start()
-    _wait(lambda: len(server.requests) == 1)
+    wait_until(lambda: len(server.requests) == 1)
     time.sleep(0.2)
     started = time.monotonic()
     gate.suspend(abort=True)
-    _wait(lambda: len(server.aborts) == 1, timeout=1.0)
+    wait_until(lambda: len(server.aborts) == 1, timeout=1.0)
     assert server.aborts[0]["tokens"] == 0 and gate.wait_aborted(1.0)
     assert time.monotonic() - started < 1.0
     gate.resume(7)
-    _wait(lambda: len(server.requests) == 2)  # asked again, queued again: now the episode is cancelled
+    wait_until(lambda: len(server.requests) == 2)  # asked again, queued again: now the episode is cancelled
     time.sleep(0.2)
     started = time.monotonic()
     agent.abort()
     thread.join(5)
     assert len(outcome) == 1 and isinstance(outcome[0], AttemptCancelled), outcome
     assert time.monotonic() - started < 1.0, "the cancel waited for the server's queue"
-    _wait(lambda: len(server.aborts) == 2, timeout=1.0)
+    wait_until(lambda: len(server.aborts) == 2, timeout=1.0)
     assert agent.turn_record()["redone"] == 2 and agent.usage()["retries"] == 0
-
-
-def test_the_gate_keeps_the_oldest_version_of_the_tokens_kept(gate):
-    client = GateClient(gate.path, gate.key)
-    client.begin("k")
-    gate.suspend(abort=True)
-    assert client.end() is True and gate.oldest_version("k") is None  # aborted, starting over
-    gate.resume(7)
-    client.begin("k")
-    gate.suspend(abort=True)
-    client.end(kept=7)  # a partial reply sampled by 7 is kept and continued
-    gate.resume(8)
-    client.begin("k")
-    client.end(kept=7)
-    assert gate.oldest_version("k") == 7
-    gate.forget("k")
-    assert gate.oldest_version("k") is None
-    client.close()
-
-
-def test_wait_aborted_waits_for_the_agents_to_say_what_they_keep(gate):
-    client = GateClient(gate.path, gate.key)
-    client.begin("k")
-    gate.suspend(abort=True)
-    slow = threading.Timer(0.3, lambda: client.end(kept=6))  # an agent slow to hang up
-    slow.start()
-    started = time.monotonic()
-    assert gate.oldest_version("k") is None  # not said yet
-    assert gate.wait_aborted(5.0) is True
-    assert time.monotonic() - started >= 0.25 and gate.oldest_version("k") == 6
-    # the agent's end() returns once its reader has the gate's answer: a client is one env
-    # loop's, used by one thread at a time (a begin while end() still reads would race it)
-    slow.join(5)
-    gate.resume(7)
-    client.begin("j")
-    client.end()
-    assert gate.wait_aborted(0.1) is True  # nothing aborted is pending
-    other = GateClient(gate.path, gate.key)
-    other.begin("i")
-    gate.suspend(abort=True)
-    assert gate.wait_aborted(0.2) is False  # its agent never answers: bounded
-    other.close()  # hanging up counts as its end
-    assert gate.wait_aborted(5.0) is True
-    client.close()
-
-
-@pytest.mark.parametrize("stale_versions", ["drop", "keep"])
-def test_max_version_lag_judges_a_group_by_its_tokens_versions(tmp_path, llm_server, schedulers, stale_versions):
-    table = TablePolicy(seed=2, delay_s=0.3)
-    server = llm_server(policy=table)
-    train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=4),
-                       EnvManagerConfig(num_env_groups=1, group_size=2, tags=["tiny"],
-                                        task_sets=lake_set(tmp_path, name="tiny", desc=TINY, max_steps=2)),
-                       max_version_lag=1, stale_versions=stale_versions)
-    got: list = []
-    thread = threading.Thread(target=lambda: got.append(train.get_batch(batch_size=2, step=0)), daemon=True)
-    thread.start()
-    _wait(lambda: len(table.served) >= 1, timeout=60)  # a first turn's reply, sampled by version 0
-    time.sleep(0.15)
-    # two weight updates while the group (created at this step) runs its next turns
-    train.suspend(abort=True)
-    train.resume(1)
-    train.suspend(abort=True)
-    train.resume(2)
-    thread.join(60)
-    (batch,) = got
-    stats = train.stats()
-    assert stats["dropped_stale"] == 0 and all(t.created_step == 0 for t in batch)
-    if stale_versions == "drop":
-        assert stats["dropped_version_lag"] >= 1
-        assert all(v >= 1 for t in batch for v in t.policy_versions) and not any(t.version_stale for t in batch)
-    else:
-        assert stats["dropped_version_lag"] == 0
-        assert any(t.version_stale for t in batch) and min(v for t in batch for v in t.policy_versions) == 0
-    # a task the trainer chose, played across two updates: handed out as it came, never
-    # marked version_stale (no staleness applies to it), where it was, under "drop" too
-    got.clear()
-    thread = threading.Thread(target=lambda: got.append(train.get_batch(2, step=1, tasks=["tiny0"])), daemon=True)
-    replies = train._shared.gate.replies
-    thread.start()
-    _wait(lambda: train._shared.gate.replies > replies, timeout=60)  # a first turn's reply kept, by version 2
-    for version in (3, 4):
-        train.suspend(abort=True)
-        train.resume(version)
-    thread.join(60)
-    (chosen,) = got
-    assert min(v for t in chosen for v in t.policy_versions) < 3 and not any(t.version_stale for t in chosen)
-
-
-def test_a_partial_reply_aborted_by_an_update_counts_at_the_resume_right_after(tmp_path, llm_server, schedulers,
-                                                                              monkeypatch, caplog):
-    """max_version_lag with partial rollouts: the partial tokens an abort leaves are judged
-    at resume even when the trainer resumes at once (the agents' "end" lines are awaited),
-    so the group is dropped there, not after the rest of its episode ran on stale tokens.
-    A validation sibling's get_batch(-1) running across the update (no max_version_lag of its
-    own) validates one policy: its episode begun under version 0 starts over under 1 (its
-    partial reply was continued under 1, the report mixing two policies in one episode);
-    started over as often as it may (VALIDATION_RESTARTS, 1 here), it runs on across the next
-    update, said in a warning and counted, rather than start over for ever."""
-    monkeypatch.setattr(generation, "VALIDATION_RESTARTS", 1)
-    policy, asked = _held(3)
-    server = llm_server(policy=policy, token_rate=20)
-    tiny = lake_set(tmp_path, name="tiny", desc=TINY, max_steps=2)
-    train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=3, partial_rollout=True),
-                       EnvManagerConfig(num_env_groups=1, group_size=2, tags=["tiny"], task_sets=tiny),
-                       max_version_lag=0)
-    val = train.sibling(EnvManagerConfig(group_size=1, tags=["tiny"], task_sets=tiny), name="val")
-    got: list = []
-    thread = threading.Thread(target=lambda: got.append(train.get_batch(batch_size=2, step=0)), daemon=True)
-    report: list = []
-    validation = threading.Thread(target=lambda: report.extend(val.get_batch(-1, step=0)), daemon=True)
-    thread.start()
-    validation.start()
-    _wait(lambda: len(server.requests) == 3, timeout=120)
-    asked.set()
-    # tokens sampled by version 0 in each of the three streams, sent a second before the abort:
-    # 0.3 s after the last request was not always enough under load (the server had sent the
-    # last none, or its client had read none: the group kept nothing to judge)
-    _wait(lambda: _each_streamed(server, 3, tokens=10), timeout=60)
-    train.suspend(abort=True)
-    train.resume(1)  # an instant update: the agents may not have said what they keep yet
-    assert train.stats().get("dropped_version_lag") == 1
-    assert train.stats()["groups_started"] == 2  # another in its place
-    assert val.stats().get("dropped_version_changed") == 1 and val.stats()["groups_started"] == 2
-    # each group's first turn again, under version 1 (at least: the three start at once, and the
-    # count passed 6 between two looks at it in one run of eight, the test then waiting for ever)
-    _wait(lambda: len(server.requests) >= 6, timeout=60)
-    _wait(lambda: time.monotonic() - server.requests[-1]["time"] > 0.3)
-    train.suspend(abort=True)
-    train.resume(2)
-    assert train.stats().get("dropped_version_lag") == 2
-    assert val.stats().get("dropped_version_changed") == 1 and val.stats()["validation_versions_mixed"] == 1
-    thread.join(120)
-    validation.join(120)
-    (batch,) = got
-    assert all(set(t.policy_versions) == {2} for t in batch)
-    assert [t.task_id for t in report] == ["tiny0"] and report[0].policy_versions == [1, 2]
-    assert report[0].turns[0].get("partial") and "started over 1 times at weight updates" in caplog.text
 
 
 @pytest.mark.parametrize("blocked", ["streaming", "queued"])
@@ -468,10 +282,10 @@ def test_a_cancelled_member_is_aborted_without_killing_its_worker(tmp_path, llm_
     started = time.monotonic()
     batch = train.get_batch(batch_size=2, step=0)
     assert time.monotonic() - started < 20
-    _wait(lambda: len(server.aborts) == 1, timeout=5)  # the loser's request ended at the server
+    wait_until(lambda: len(server.aborts) == 1, timeout=5)  # the loser's request ended at the server
     assert server.aborts[0]["request"] == 0
     assert train.stats()["members_cancelled"] == 1
-    _wait(lambda: train._shared.engine.in_flight() == 0, timeout=5)  # the cancelled attempt ended
+    wait_until(lambda: train._shared.engine.in_flight() == 0, timeout=5)  # the cancelled attempt ended
     records = read_records(Path(train.run_dir) / "results.jsonl")
     assert not [r for r in records if r["status"] == "worker_died"]
     assert {r["attempt"] for r in records} == {0}
@@ -501,13 +315,13 @@ def test_close_aborts_the_model_requests_in_flight(tmp_path, llm_server, schedul
     threads = [threading.Thread(target=batch, args=(s,), daemon=True) for s in (train, val)]
     for thread in threads:
         thread.start()
-    _wait(lambda: len(server.requests) == 4, timeout=120)  # every member is in a model request
-    _wait(lambda: time.monotonic() - server.requests[-1]["time"] > 0.3)
+    wait_until(lambda: len(server.requests) == 4, timeout=120)  # every member is in a model request
+    wait_until(lambda: time.monotonic() - server.requests[-1]["time"] > 0.3)
     wide = {k for k, r in enumerate(server.requests) if "PFFG" in json.dumps(r["body"]["messages"])}
     assert len(wide) == 2 and not server.aborts
     started = time.monotonic()
     val.close()
-    _wait(lambda: len(server.aborts) == 2, timeout=1.0)
+    wait_until(lambda: len(server.aborts) == 2, timeout=1.0)
     assert {a["request"] for a in server.aborts} == wide and max(a["time"] for a in server.aborts) - started < 1.0
     time.sleep(0.5)
     assert len(server.aborts) == 2, "the other scheduler's requests were ended too"
@@ -516,7 +330,7 @@ def test_close_aborts_the_model_requests_in_flight(tmp_path, llm_server, schedul
     assert not [r for r in (read_records(results) if results.exists() else []) if r["status"] == "worker_died"]
     started = time.monotonic()
     train.close()
-    _wait(lambda: len(server.aborts) == 4, timeout=2.0)
+    wait_until(lambda: len(server.aborts) == 4, timeout=2.0)
     assert max(a["time"] for a in server.aborts) - started < 2.0
     for thread in threads:
         thread.join(10)
@@ -553,9 +367,9 @@ def test_partial_rollout_with_a_tokenizer_continues_from_the_token_ids(gate, llm
     results: list = []
     thread = threading.Thread(target=lambda: results.append(agent.act(OBSERVATION)), daemon=True)
     thread.start()
-    _wait(lambda: gate.in_flight == 1 and server.tokens_streamed >= 3)
+    wait_until(lambda: gate.in_flight == 1 and server.tokens_streamed >= 3)
     gate.suspend(abort=True)
-    _wait(lambda: len(server.aborts) == 1, timeout=1.0)
+    wait_until(lambda: len(server.aborts) == 1, timeout=1.0)
     gate.resume(7)
     thread.join(10)
     turn = agent.turn_record()
@@ -571,35 +385,3 @@ def test_partial_rollout_with_a_tokenizer_continues_from_the_token_ids(gate, llm
     agent.act(OBSERVATION)  # the next turn's prompt extends the whole reply's ids
     assert server.requests[2]["body"]["prompt"][:len(state["base"]) + len(ids)] == state["base"] + ids
 
-
-@pytest.mark.parametrize("stale_versions", ["drop", "keep"])
-def test_max_version_lag_judges_a_retried_member_by_its_last_attempt_only(tmp_path, llm_server, schedulers,
-                                                                        stale_versions):
-    """A member whose attempt failed (the endpoint's 500s past the retries) is run again by
-    the engine; the trajectory handed out is the new attempt's. The versions its failed
-    attempt's turns were sampled by still counted: its group, every token of it sampled
-    within the lag, was dropped as stale (or marked ``version_stale``)."""
-    served = []
-
-    def policy(body):
-        served.append(body)
-        if len(served) == 1:
-            return {"reply": "<answer>Right</answer>"}  # turn 1 of attempt 0, sampled by version 0
-        if len(served) in (2, 3):  # turn 2 fails twice (max_retries=1): attempt 0 is model_unavailable
-            if len(served) == 2:
-                train.resume(1)  # the trainer moves the policy on (no suspend: nothing aborted)
-            return {"status": 500}
-        if len(served) == 4:
-            train.resume(2)  # attempt 1's first turn, sampled by version 1: within max_version_lag=1
-        return {"reply": "<answer>Right</answer>"}
-
-    server = llm_server(policy=policy)
-    train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=1, max_retries=1),
-                       EnvManagerConfig(num_env_groups=1, group_size=1, tags=["tiny"],
-                                        task_sets=lake_set(tmp_path, name="tiny", desc=TINY, max_steps=2)),
-                       max_version_lag=1, stale_versions=stale_versions)
-    (trajectory,) = train.get_batch(batch_size=1, step=0, timeout=120)
-    assert trajectory.group_id == 0 and trajectory.record["attempt"] == 1, trajectory.record
-    assert trajectory.policy_versions == [1, 2] and trajectory.status == "success"
-    assert not trajectory.version_stale
-    assert train.stats()["dropped_version_lag"] == 0

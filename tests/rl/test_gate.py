@@ -375,3 +375,47 @@ def test_a_request_that_begins_after_its_sample_was_settled_keeps_nothing(gate):
     assert not gate._oldest
     waiting.close()
     late.close()
+
+
+def test_the_gate_keeps_the_oldest_version_of_the_tokens_kept(gate):
+    client = GateClient(gate.path, gate.key)
+    client.begin("k")
+    gate.suspend(abort=True)
+    assert client.end() is True and gate.oldest_version("k") is None  # aborted, starting over
+    gate.resume(7)
+    client.begin("k")
+    gate.suspend(abort=True)
+    client.end(kept=7)  # a partial reply sampled by 7 is kept and continued
+    gate.resume(8)
+    client.begin("k")
+    client.end(kept=7)
+    assert gate.oldest_version("k") == 7
+    gate.forget("k")
+    assert gate.oldest_version("k") is None
+    client.close()
+
+
+def test_wait_aborted_waits_for_the_agents_to_say_what_they_keep(gate):
+    client = GateClient(gate.path, gate.key)
+    client.begin("k")
+    gate.suspend(abort=True)
+    slow = threading.Timer(0.3, lambda: client.end(kept=6))  # an agent slow to hang up
+    slow.start()
+    started = time.monotonic()
+    assert gate.oldest_version("k") is None  # not said yet
+    assert gate.wait_aborted(5.0) is True
+    assert time.monotonic() - started >= 0.25 and gate.oldest_version("k") == 6
+    # the agent's end() returns once its reader has the gate's answer: a client is one env
+    # loop's, used by one thread at a time (a begin while end() still reads would race it)
+    slow.join(5)
+    gate.resume(7)
+    client.begin("j")
+    client.end()
+    assert gate.wait_aborted(0.1) is True  # nothing aborted is pending
+    other = GateClient(gate.path, gate.key)
+    other.begin("i")
+    gate.suspend(abort=True)
+    assert gate.wait_aborted(0.2) is False  # its agent never answers: bounded
+    other.close()  # hanging up counts as its end
+    assert gate.wait_aborted(5.0) is True
+    client.close()
