@@ -41,6 +41,15 @@ def lake_set(tmp_path: Path, count: int = 1, name: str = "lakes", desc: list[str
     return {name: TaskSet("gym", str(path))}
 
 
+def tiny_lakes(tmp_path: Path, name: str, count: int, desc: list[str] = TINY) -> dict[str, TaskSet]:
+    """``count`` different lakes (distinct ids and seeds) of one tag, three moves each."""
+    return lake_set(tmp_path, count, name, desc, max_steps=3)
+
+
+#: a reply that moves right: the tiny lake's goal in two
+RIGHT = {"reply": "<answer>Right</answer>"}
+
+
 class Switch:
     """A model whose policy each test sets (``switch.policy = …``): one test server and one
     engine can serve a whole module."""
