@@ -110,3 +110,24 @@ class TokenModel:
         return {"reply": reply, "token_ids": ids, "prompt_token_ids": prompt, "finish_reason": finish,
                 "logprobs": [-0.01 * (k + 1) for k in range(len(ids))],
                 "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids)}}
+
+
+THINKING = "<think>the goal is to the right</think><answer>Right</answer>"
+
+
+def three_rights(turn: int) -> str:
+    """Replies of a TokenModel: right three times reaches G of SFFG; the first reply thinks
+    aloud (dropped on re-render)."""
+    return THINKING if turn == 1 else "<answer>Right</answer>"
+
+
+def server_sampled(model: TokenModel, replies: Callable[[int], str], turns: int, limit: int | None = None) -> list[int]:
+    """What the test model sampled in turns 1..``turns`` (its reply ids, cut at ``limit``),
+    worked out from the model, not from what the agent recorded."""
+    ids = [model.encode(replies(turn)) + [model.end_id] for turn in range(1, turns + 1)]
+    return [i for each in ids for i in each[:limit]]
+
+
+def masked_in(segments) -> list[int]:
+    """The ids of ``segments`` their loss masks train on."""
+    return [i for s in segments for i, m in zip(s.input_ids, s.loss_mask) if m]
