@@ -1,9 +1,12 @@
 """A getter paired with a metric that cannot read what it gives (envs/osworld/state_kinds.py):
-a rule getter's object where the metric opens a file (``compare_table``'s gold workbook), a
-file getter's path where the metric reads a rule (``exact_match``'s ``rules["expected"]``).
-Each raised at every grading, the attempt scored 0 with the task's mistake taken for the
-agent's; the folder is refused as it loads (the dry run, exit 2), naming the file, the metric
-(by its index in a list), the getter and what to give instead."""
+a rule getter's object where the metric opens a file (``compare_table``'s gold workbook,
+``check_presenter_console_disable``'s settings file), a file getter's path where the metric
+reads a rule (``exact_match``'s ``rules["expected"]``, ``is_in_vm_clickboard``'s first state)
+or compares a value (``exact_match``'s command output, ``literal_match``'s page text). Each
+raised at every grading, or scored the path's text, the same whatever the agent did, with the
+task's mistake taken for the agent's; the folder is refused as it loads (the dry run, exit 2),
+naming the file, the metric (by its index in a list), the getter and what to give instead.
+tests/test_osworld_state_roles.py calls each metric with the kinds it cannot read."""
 
 from __future__ import annotations
 
@@ -22,11 +25,22 @@ TABLES = "multi_apps/3a93cae4-ad3e-403e-8c12-65303b271818.json"
 SINGLE = "os/28cc3b7e-b194-4bc9-8353-d04c0f4d56d2.json"
 #: check_include_exclude on a command (a rule), then compare_csv against a cloud_file
 MIXED = "multi_apps/3680a5ee-6870-426a-a997-eba929a0d25c.json"
+#: check_presenter_console_disable of one vm_file, and no expected state
+PRESENTER = "libreoffice_impress/0f84bef9-9790-432e-92b7-eece357603fb.json"
+#: literal_match of a cell's content against a page's text
+LITERAL = "multi_apps/5990457f-2adb-467b-a4af-5c857c92d762.json"
+#: is_in_vm_clickboard: its result is the rule, its expected state the clipboard (a command, "shell": "true")
+CLIPBOARD = "multi_apps/716a6079-22da-47f1-ba73-c9d58f986a38.json"
+#: check_json of Thunderbird's settings file against a rule
+JSON = "thunderbird/3f49d2cc-f400-4e7d-90cc-9b18e401cc31.json"
 
 _GOLD = {"type": "cloud_file", "path": "https://example.org/gold.txt", "dest": "gold.txt"}
 _RULE = {"type": "rule", "rules": {"expected": "Total"}}
 _TO_FILE = "give a getter of the file (vm_file, cloud_file)"
-_TO_RULE = "it gives a file's local path, and the metric reads its expected state as a rule: give a 'rule' getter"
+_PATH = "it gives a file's local path, and the metric"
+_TO_RULE = f"{_PATH} reads its expected state as a rule: give a 'rule' getter"
+_TO_VALUE = "never opening it: give a getter of the value (vm_command_line, content_from_vm_file)"
+_OUT = {"type": "vm_file", "path": "/home/user/out.txt", "dest": "out.txt"}
 
 
 def _set(evaluator: dict, key: str, value) -> None:
@@ -48,6 +62,22 @@ MISTAKES = {
                    f"evaluator expected getter 'cloud_file' of metric 'exact_match': {_TO_RULE}"),
     "include-file": (MIXED, lambda ev: ev["expected"].__setitem__(0, copy.deepcopy(_GOLD)),
                      f"evaluator.expected[0] getter 'cloud_file' of evaluator.func[0] (check_include_exclude): {_TO_RULE}"),
+    # a metric's result state, and the metrics of one state, or of a value
+    "presenter-rule": (PRESENTER, lambda ev: _set(ev, "result", {"type": "rule", "rules": {"path": "settings.xcu"}}),
+                       "evaluator result getter 'rule' of metric 'check_presenter_console_disable': it gives the "
+                       f"task's 'rules', an object, and the metric opens its result state as a file: {_TO_FILE}"),
+    "json-result-rule": (JSON, lambda ev: _set(ev, "result", {"type": "rule", "rules": [{"mode": "smart"}]}),
+                         "evaluator result getter 'rule' of metric 'check_json': it gives the task's 'rules', a "
+                         f"list, and the metric opens its result state as a file: {_TO_FILE}"),
+    "exact-result-file": (SINGLE, lambda ev: _set(ev, "result", _OUT),
+                          f"evaluator result getter 'vm_file' of metric 'exact_match': {_PATH} compares its result "
+                          f"state as a value, {_TO_VALUE}"),
+    "literal-expected-file": (LITERAL, lambda ev: _set(ev, "expected", _GOLD),
+                              f"evaluator expected getter 'cloud_file' of metric 'literal_match': {_PATH} compares "
+                              f"its expected state as a value, {_TO_VALUE}"),
+    "clipboard-result-file": (CLIPBOARD, lambda ev: _set(ev, "result", _GOLD),
+                              f"evaluator result getter 'cloud_file' of metric 'is_in_vm_clickboard': {_PATH} reads "
+                              "its result state as a rule: give a 'rule' getter"),
 }
 
 
@@ -69,57 +99,3 @@ def test_a_metric_that_takes_either_and_a_rules_path_load(tmp_path):
     done = run_cli("--data", str(changed_folder(tmp_path, tasks)), "--dry-run", *MODEL_AGENT)
     assert done.returncode == 0, said(done)
     assert f"runnable {len(tasks)} of {len(tasks)} tasks" in done.stdout, said(done)
-
-
-def _scores_nothing(metric, *states) -> bool:
-    try:
-        return not metric(*states)  # 0, or None (a state it could not read)
-    except Exception:
-        return True
-
-
-def _sheet(path: Path) -> str:
-    import openpyxl
-
-    book = openpyxl.Workbook()
-    book.active.append(["Total", 3])
-    book.save(path)
-    return str(path)
-
-
-def _tone(path: Path) -> str:
-    """A second of a 440 Hz tone, as a WAV file."""
-    import math
-    import struct
-    import wave
-
-    with wave.open(str(path), "wb") as sound:
-        sound.setnchannels(1)
-        sound.setsampwidth(2)
-        sound.setframerate(8000)
-        sound.writeframes(b"".join(struct.pack("<h", int(8000 * math.sin(2 * math.pi * 440 * i / 8000)))
-                                   for i in range(8000)))
-    return str(path)
-
-
-def test_what_the_lists_say_cannot_work_does_not_at_grading(tmp_path):
-    """Each metric listed as opening files scores nothing given a rule's object, each listed as
-    reading a rule scores nothing given a path, and the right kinds of state score."""
-    from parallel_rollout.envs.osworld.metrics import METRICS
-    from parallel_rollout.envs.osworld.state_kinds import FILE_METRICS, RULE_METRICS
-
-    sheet = _sheet(tmp_path / "mine.xlsx")
-    rules = [{"type": "sheet_data", "sheet_idx0": 0, "sheet_idx1": "EI0"}]
-    assert METRICS["compare_table"](sheet, _sheet(tmp_path / "gold.xlsx"), rules=rules) == 1  # the pairs that work
-    assert _scores_nothing(lambda *states: METRICS["compare_table"](*states, rules=rules), sheet, {"expected": "Total"})
-    text = tmp_path / "mine.txt"
-    text.write_text("Total\n")
-    assert METRICS["compare_text_file"](str(text), str(text)) == 1
-    assert METRICS["exact_match"]("Total", {"expected": "Total"}) == 1
-    assert _scores_nothing(METRICS["exact_match"], "Total", str(text))
-    # compare_audios scores 1 when neither file decodes (OSWorld's): its result must be a sound
-    results = {"compare_audios": _tone(tmp_path / "mine.wav")}
-    for name in sorted(FILE_METRICS):
-        assert _scores_nothing(METRICS[name], results.get(name, sheet), {"expected": "Total"}), name
-    for name in sorted(RULE_METRICS):
-        assert _scores_nothing(METRICS[name], str(text), str(text)), name

@@ -1,17 +1,26 @@
-"""Which getters give a file and which metrics open one, and a getter paired with a metric
-that cannot read what it gives, refused at load.
+"""What each metric does with its two states, which getters give a file, and a getter paired
+with a metric that cannot read what it gives, refused at load.
 
 A getter's state goes to its metric as is: a file getter's is the local path of what it
-fetched, a rule getter's is the task file's ``rules``. A metric that compares files opens
-both of its states (``compare_table`` reads each with pandas), and one that reads a rule looks
-its keys up (``exact_match`` reads ``rules["expected"]``). Paired the other way, a rule's
-object given to ``compare_table`` as its gold workbook, or a ``cloud_file``'s path given to
-``exact_match`` as its rule, raised at every grading: each attempt scored 0 with the task's
-mistake taken for the agent's. :func:`pairing_problem` names such a pair as the folder loads.
-A metric that takes either is in neither list (``contains_page_break`` reads its optional
-page count from the rule in a ``try``, so a path there loads), and a rule's string, or list
-of strings, given where a file is opened may be a path on the host and loads as well.
-tests/test_osworld_state_kinds.py calls each metric listed with what it cannot read.
+fetched, a rule getter's is the task file's ``rules``, any other's a value read from the VM
+(a command's output, a page's URL, the accessibility tree). A metric does one of three things
+with each state: opens it as a file (``compare_table`` reads both with pandas,
+``check_json`` its result), reads it as a rule (``exact_match`` looks up
+``rules["expected"]``) or compares it as a value (``exact_match``'s result,
+``compare_terminal_and_txt``'s terminal output). Paired the other way, a rule's object given
+to ``compare_table`` as its gold workbook, or a ``cloud_file``'s path given to
+``exact_match`` as its rule, raised at every grading, and a path given where a value is
+compared was compared as the text of the path, the same whatever the agent did: each attempt
+scored 0 (or the same score) with the task's mistake taken for the agent's.
+:func:`pairing_problem` names such a pair as the folder loads.
+
+Every metric of the registry has one kind for its result (:data:`RESULT_KINDS`) and one for
+its expected state (:data:`EXPECTED_KINDS`: None for a metric of one state, ``"either"`` with
+its reason in :data:`EITHER`). A rule's string, or list of strings, given where a file is
+opened is a path on the host, opened there as OSWorld does, and loads; a value getter given
+where a file is opened is not refused (what some give is a path).
+tests/test_osworld_state_kinds.py calls each metric with the kind it cannot read, and checks
+that the kinds cover every metric.
 """
 
 from __future__ import annotations
@@ -20,7 +29,8 @@ from typing import Any
 
 from .rule_keys import RULE_GETTERS, RULE_SHAPES, kind_of
 
-__all__ = ["FILE_GETTERS", "FILE_METRICS", "RULE_METRICS", "pairing_problem"]
+__all__ = ["EITHER", "EXPECTED_KINDS", "FILE_GETTERS", "FILE_METRICS", "RESULT_KINDS", "RULE_METRICS",
+           "pairing_problem"]
 
 #: the getters whose state is a local file's path (a list of them with ``multi``)
 FILE_GETTERS = frozenset({
@@ -46,16 +56,69 @@ FILE_METRICS = frozenset({
 #: checks (an object or a list, never a path's string) and two that look up a rule's keys
 RULE_METRICS = frozenset({*RULE_SHAPES, "check_image_size", "check_mp3_meta"})
 
+#: the metrics that open their result as a file and read the rest otherwise: a rule, or
+#: nothing (a check of one document, image or settings file)
+_RESULT_FILES = frozenset({
+    "check_auto_saving_time", "check_config_status", "check_csv", "check_global_key_play_pause",
+    "check_html_background_image", "check_image_file_size", "check_image_size", "check_json", "check_json_keybindings",
+    "check_json_settings", "check_line_number", "check_list", "check_mp3_meta",
+    "check_one_instance_when_started_from_file", "check_page_number_colors", "check_pdf_pages", "check_play_and_exit",
+    "check_qt_bgcone", "check_qt_max_volume", "check_qt_minimal_view", "check_qt_slider_colours", "check_strikethrough",
+    "check_thunderbird_filter", "check_thunderbird_prefs", "check_transition", "compare_conference_city_in_order",
+    "compare_config", "compare_font_names", "compare_image_text", "evaluate_presentation_fill_to_rgb_distance",
+    "file_contains", "find_default_font", "fuzzy_place_math", "is_vlc_playing", "is_vlc_recordings_folder",
+    "run_sqlite3",
+    "check_presenter_console_disable", "check_slide_orientation_Portrait", "check_textbox_on_leftside",
+    "check_triangle_position", "compare_terminal_and_txt", "contains_page_break", "has_page_numbers_in_footers",
+    "is_first_line_centered"})
+
+#: the metrics that compare their result as a value (a command's output, a URL, a tree's XML)
+_RESULT_VALUES = frozenset({
+    "check_accessibility_tree", "check_direct_json_object", "check_font_size", "check_gnome_favorite_apps",
+    "check_history_deleted", "check_include_exclude", "check_left_panel", "check_moved_jpgs", "check_text_enlarged",
+    "compare_answer", "exact_match", "fuzzy_match", "is_added_to_steam_cart", "is_cookie_deleted",
+    "is_expected_active_tab", "is_expected_active_tab_approximate", "is_expected_bookmarks",
+    "is_expected_installed_extensions", "is_expected_search_query", "is_expected_tabs",
+    "is_expected_url_pattern_match", "is_extension_installed", "is_in_list", "is_shortcut_on_desktop", "is_utc_0", "is_vlc_fullscreen",
+    "literal_match", "match_in_list"})
+
+#: metric -> what it does with its result state: "file", "rule" or "value"
+RESULT_KINDS: dict[str, str] = {
+    **dict.fromkeys(FILE_METRICS | _RESULT_FILES, "file"), **dict.fromkeys(_RESULT_VALUES, "value"),
+    "is_in_vm_clickboard": "rule",  # its first state is the rule ("config"), its second the clipboard's text
+    "infeasible": "either",  # never called: see EITHER
+}
+
+#: the metrics that take an expected state and read it in either kind, and why
+EITHER = {
+    "contains_page_break": "reads its rule's page count in a try: a path there is ignored",
+    "infeasible": "the env scores it (1 when the agent's last action is FAIL), it reads neither state",
+}
+
+#: metric -> what it does with its expected state: "file", "rule", "value", "either", or None
+#: (a check of one state, which the call's check refuses an expected getter)
+EXPECTED_KINDS: dict[str, str | None] = {
+    **dict.fromkeys(RESULT_KINDS.keys() - FILE_METRICS - RULE_METRICS), **dict.fromkeys(FILE_METRICS, "file"),
+    **dict.fromkeys(RULE_METRICS, "rule"), **dict.fromkeys(EITHER, "either"),
+    **dict.fromkeys(("compare_terminal_and_txt", "is_in_vm_clickboard", "is_vlc_fullscreen", "literal_match"),
+                    "value"),
+}
+
+_READS = {"rule": "reads its {role} state as a rule: give a 'rule' getter",
+          "value": "compares its {role} state as a value, never opening it: give a getter of the value "
+                   "(vm_command_line, content_from_vm_file)"}
+
 
 def pairing_problem(func: str, role: str, getter: dict) -> str | None:
     """Why metric ``func`` cannot read what ``getter`` (its ``role`` getter, "result" or
     "expected") gives, or None."""
+    reads = (RESULT_KINDS if role == "result" else EXPECTED_KINDS).get(func)
     kind = getter["type"]
     rules: Any = getter.get("rules")
-    if func in FILE_METRICS and kind in RULE_GETTERS and (
+    if reads == "file" and kind in RULE_GETTERS and (
             isinstance(rules, dict) or isinstance(rules, list) and not all(isinstance(item, str) for item in rules)):
         return (f"it gives the task's 'rules', {kind_of(rules)}, and the metric opens its {role} state as a file: "
                 f"give a getter of the file (vm_file, cloud_file)")
-    if role == "expected" and func in RULE_METRICS and kind in FILE_GETTERS:
-        return "it gives a file's local path, and the metric reads its expected state as a rule: give a 'rule' getter"
+    if reads in _READS and kind in FILE_GETTERS:
+        return "it gives a file's local path, and the metric " + _READS[reads].format(role=role)
     return None
