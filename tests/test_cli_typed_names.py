@@ -126,6 +126,22 @@ def test_the_variable_of_a_flags_other_name_says_the_one_read(tmp_path, variable
     assert "did you mean" not in said, said
 
 
+def test_vms_sweeps_variable_of_its_provider_flags_other_name_says_the_one_read(tmp_path):
+    """`vms sweep --provider` is another name of --provider-name: its variable
+    PARALLEL_ROLLOUT_VMS_SWEEP_PROVIDER was ignored in silence (the process provider's VMs
+    swept, not docker's), where run's PARALLEL_ROLLOUT_PROVIDER is warned of. `image build`
+    reads both of its names' variables, so says nothing."""
+    env = {"PARALLEL_ROLLOUT_VMS_SWEEP_PROVIDER": "docker", "PARALLEL_ROLLOUT_PROCESS_DIR": str(tmp_path)}
+    result = CliRunner().invoke(main, ["vms", "sweep", "--run-id", "pr-none"], env=env)
+    said = flat(result.output)
+    assert result.exit_code == 0, (said, result.exception)
+    assert ("Warning: PARALLEL_ROLLOUT_VMS_SWEEP_PROVIDER is set but is not read: --provider is another name "
+            "of --provider-name, whose variable is PARALLEL_ROLLOUT_VMS_SWEEP_PROVIDER_NAME; ignored") in said, said
+    assert "removed 0 process VM(s)" in said, said
+    built = CliRunner().invoke(main, ["image", "build"], env={"PARALLEL_ROLLOUT_IMAGE_BUILD_PROVIDER_NAME": "nosuch"})
+    assert "unknown provider 'nosuch'" in built.output and "Warning" not in built.output, built.output
+
+
 def test_run_help_says_which_name_a_flags_variable_takes():
     said = flat(CliRunner().invoke(main, ["run", "--help"]).output)
     assert "PARALLEL_ROLLOUT_<FLAG> (its first name, upper case, '-' as '_'; PARALLEL_ROLLOUT_NUM_ROLLOUTS for " \

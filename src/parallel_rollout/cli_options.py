@@ -208,24 +208,43 @@ def unknown_variables(ctx: click.Context, command: click.Command) -> list[str]:
     (a flag's name misspelt would otherwise leave its default in silence), with the name
     it is closest to."""
     prefix = f"{ENV_PREFIX}_"
-    known = {env_var_name(ctx, param) for param in command.get_params(ctx) if isinstance(param, click.Option)}
-    known |= {prefix + name for name in SETTINGS_VARIABLES}
+    known = read_variables(ctx, command) | {prefix + name for name in SETTINGS_VARIABLES}
     group = ctx.parent.command if ctx.parent is not None else None
     others = tuple(f"{prefix}{name.upper()}_" for name in getattr(group, "commands", {}) if name != ctx.info_name)
     # a flag's other name (--num-workers): its variable's nearest was another flag's (NUM_VMS)
-    aliases = {prefix + alias[2:].upper().replace("-", "_"): (alias, own)
-               for alias, own in flag_aliases(command).items()}
-    lines = []
+    lines = unread_alias_variables(ctx, command)
+    said = {line.split(" ", 1)[0] for line in lines}
     for name in sorted(os.environ):
-        if name in aliases and name not in known:
-            alias, own = aliases[name]
-            lines.append(f"{name} is set but is not read: {alias} is another name of {own}, whose variable is "
-                         f"{prefix}{own[2:].upper().replace('-', '_')}; ignored")
-        elif name.startswith(prefix) and name not in known and not name.startswith(others):
+        if name.startswith(prefix) and name not in known | said and not name.startswith(others):
             gate = GATE_SYNONYMS.get(name[len(prefix):].lower())
             close = [prefix + gate.upper()] if gate else difflib.get_close_matches(name, known, n=1, cutoff=0.75)
             lines.append(f"{name} is set but is no flag of run nor a setting parallel-rollout reads: "
                          "ignored" + (f" (did you mean {close[0]}?)" if close else ""))
+    return sorted(lines)
+
+
+def read_variables(ctx: click.Context, command: click.Command) -> set[str]:
+    """Every environment variable an option of ``command`` reads."""
+    names = set()
+    for param in command.get_params(ctx):
+        if isinstance(param, click.Option):
+            names |= {param.envvar} if isinstance(param.envvar, str) else set(param.envvar or ())
+            names.add(env_var_name(ctx, param))
+    return names
+
+
+def unread_alias_variables(ctx: click.Context, command: click.Command) -> list[str]:
+    """A line for each variable named after a flag's other name (``vms sweep --provider``'s,
+    which takes the command's prefix as every flag's does) that is set and that no option
+    reads, with the variable its flag reads."""
+    prefix = f"{ctx.auto_envvar_prefix or ENV_PREFIX}_"
+    known = read_variables(ctx, command)
+    lines = []
+    for alias, own in flag_aliases(command).items():
+        name = prefix + alias[2:].upper().replace("-", "_")
+        if name in os.environ and name not in known:
+            lines.append(f"{name} is set but is not read: {alias} is another name of {own}, whose variable is "
+                         f"{prefix}{own[2:].upper().replace('-', '_')}; ignored")
     return lines
 
 
@@ -295,7 +314,10 @@ class TypedFlagsCommand(click.Command):
             flag = arg.partition("=")[0]
             typed[aliases.get(flag, flag)] = flag
         ctx.meta[TYPED] = typed
-        return super().parse_args(ctx, args)
+        rest = super().parse_args(ctx, args)
+        for line in unread_alias_variables(ctx, self):
+            click.echo(f"Warning: {line}", err=True)
+        return rest
 
 
 def given_as(ctx: click.Context, name: str) -> str | None:
