@@ -153,9 +153,9 @@ def test_a_tag_of_another_mode_is_refused_in_the_schedulers_terms(tmp_path, sche
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"num_rollouts": 0}, "RunConfig: --num-rollouts must be at least 1"),
-    ({"task_timeout": -1}, "RunConfig: --task-timeout must be positive"),
-    ({"max_retries": -1}, "RunConfig: --max-retries must be 0 or more"),
+    ({"num_rollouts": 0}, "RunConfig: num_rollouts must be at least 1"),
+    ({"task_timeout": -1}, "RunConfig: task_timeout must be positive"),
+    ({"max_retries": -1}, "RunConfig: max_retries must be 0 or more"),
     ({"num_rollouts": "2"}, "RunConfig: num_rollouts must be an integer, got '2'"),
     ({"task_timeout": "60"}, "RunConfig: task_timeout must be a number, got '60'"),
     ({"agent": "nomod:X"}, "RunConfig: agent 'nomod:X': cannot import module 'nomod'"),
@@ -169,7 +169,7 @@ def test_a_scheduler_refuses_the_run_config_run_would_refuse_naming_the_field(tm
     """Each was accepted and then spun: num_rollouts=0 started no worker (get_batch waited for
     ever), task_timeout=-1 killed every attempt at once, an agent that does not import failed
     ten groups that asked whether the endpoint was up, and num_rollouts='2' raised a raw
-    TypeError."""
+    TypeError. Each names the RunConfig's field, not the CLI's flag (--num-rollouts)."""
     config = RunConfig(**{"mode": "gym", "data": "frozenlake", "agent": "openai", "base_url": "http://127.0.0.1:9/v1",
                           "model": "m", "num_rollouts": 1, "output_dir": str(tmp_path / "out"), "progress": False,
                           **changes})

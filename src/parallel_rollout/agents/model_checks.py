@@ -92,8 +92,8 @@ MODEL_CALLS = ("chat", "generate")
 
 def check_model_calls(agent_cls: Any, agent: str) -> None:
     """ConfigError naming the agent when its class's ``model_calls`` names no call of
-    ``self.model`` (``declared_calls``): refused before the run starts (``check_agent``), and
-    by an RL scheduler as it is made (``rl.config.check_run_config``), before any worker
+    ``self.model`` (``declared_calls``): refused before the run starts (``check_agent``, which
+    an RL scheduler calls as it is made: ``rl.config.check_agent_runs``), before any worker
     starts, not at its first get_batch's endpoint check."""
     if may_call_model(agent_cls):
         declared_calls(agent_cls, agent)

@@ -15,11 +15,14 @@ group), else a mode's name, which stands for that mode with the run config's ``-
 
 The RunConfig a scheduler is given was made in Python, so nothing checked it the way ``run()``
 checks its settings: ``check_run_config`` does (each field's type, the ranges and combinations
-of ``config_checks.validate_ranges``, an agent that imports and can be made).
+of ``config_checks.validate_ranges``, an agent that imports and can be made), and
+``check_agent_runs`` what run() checks of its agent, for each tag's mode; their errors say the
+RunConfig's fields, not the CLI's flags (``said_of``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import operator
@@ -243,20 +246,49 @@ def check_count(name: str, value: Any, minimum: int, optional: bool = False) -> 
 def check_run_config(run_config: Any) -> None:
     """What ``run()`` refuses before anything starts, refused by a scheduler too: a field of
     the wrong type, a value out of range (``num_rollouts=0``, ``task_timeout=-1``), an agent
-    that does not import or is abstract, or whose ``model_calls`` names no call of self.model
-    (a tag's mode is loaded with its tasks, and refused then). ConfigError naming the field;
-    each would otherwise fail every attempt, or start no worker, and no batch would ever come."""
+    that does not import or is abstract (its settings, and a tag's mode, are checked as the
+    tags are loaded: ``load_tags``). ConfigError naming the field; each would otherwise fail
+    every attempt, or start no worker, and no batch would ever come."""
     from ..agents import get_agent
-    from ..agents.model_checks import check_model_calls
 
     if not isinstance(run_config, RunConfig):
         raise ConfigError(f"run_config must be a parallel_rollout.config.RunConfig, got {type(run_config).__name__}")
     check_fields(run_config, "RunConfig")
     try:
         validate_ranges(run_config)
-        check_model_calls(get_agent(run_config.agent), run_config.agent)
+        get_agent(run_config.agent)
     except ConfigError as exc:
-        raise ConfigError(f"RunConfig: {exc}") from None
+        raise said_of(run_config, exc) from None
+
+
+def said_of(run_config: RunConfig, error: ConfigError) -> ConfigError:
+    """``error`` of a check ``run()`` makes, said of the trainer's RunConfig: its CLI flags as
+    the fields it set (``as_called``: ``--tool-calls`` as ``tool_calls=True``, ``--agent
+    openai`` as ``agent='openai'``), after ``RunConfig: ``."""
+    from ..call_spelling import SETTING_TYPES, as_called
+
+    defaults = RunConfig()
+    given = {name: getattr(run_config, name) for name in SETTING_TYPES
+             if getattr(run_config, name) != getattr(defaults, name)}
+    return ConfigError(f"RunConfig: {as_called(str(error), given)}")
+
+
+def check_agent_runs(run_config: RunConfig, task_sets: list[TaskSet]) -> None:
+    """What ``run()`` checks of its agent before its engine starts (``check_agent``: the model
+    client's settings when it calls the model, such as the key OpenAI's endpoint needs; its
+    ``model_calls``; its own ``check_config``, such as the openai agent's refusal of
+    ``tool_calls=True`` in a mode without tools), for each mode and data the scheduler's tags
+    run, as a run of that task set would check them; ConfigError in the RunConfig's words.
+    Each would otherwise fail every episode, or be ignored, once the workers started."""
+    from ..agents import get_agent
+    from ..agents.model_checks import check_agent
+
+    agent_cls = get_agent(run_config.agent)
+    try:
+        for mode, data in dict.fromkeys((task_set.mode, task_set.data) for task_set in task_sets):
+            check_agent(dataclasses.replace(run_config, mode=mode, data=data), agent_cls)
+    except ConfigError as exc:
+        raise said_of(run_config, exc) from None
 
 
 def whole_number(value: Any, floats: bool = False) -> int | None:
@@ -286,12 +318,14 @@ def whole_ratio(ratio: Any) -> int:
 
 def load_tags(tags: list[str], env_config: EnvManagerConfig, run_config: RunConfig) -> dict[str, list[Any]]:
     """Each tag's tasks, checked by its mode's ``prepare_run`` (rag builds its index once
-    here, before any worker needs it) as the batch runner does."""
+    here, before any worker needs it) as the batch runner does, after the agent's checks of
+    every tag's mode (``check_agent_runs``)."""
     from ..envs import get_env
 
+    task_sets = {tag: resolve_task_set(tag, env_config, run_config.mode, run_config.data) for tag in tags}
+    check_agent_runs(run_config, list(task_sets.values()))
     tasks = {}
-    for tag in tags:
-        task_set = resolve_task_set(tag, env_config, run_config.mode, run_config.data)
+    for tag, task_set in task_sets.items():
         tasks[tag] = load_tasks_of(tag, task_set)
         get_env(task_set.mode).prepare_run(tasks[tag])
     return tasks

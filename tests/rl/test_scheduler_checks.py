@@ -1,0 +1,108 @@
+"""A trainer's RunConfig that ``parallel-rollout run`` refuses before its engine starts is
+refused by ``RolloutScheduler(...)`` as it is made, with the same check, said in the
+RunConfig's words (``tool_calls=True``, not ``--tool-calls``): no out/ folder, no worker, no
+request to the model server. What run() checks of its agent (``model_checks.check_agent``):
+the model client's settings when the agent calls the model, and the agent's own
+``check_config``; each was found only as every episode failed (or, tool_calls=True with a
+tokenizer, went unused)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from llm_server import LLMServer
+from parallel_rollout.cli import main
+from parallel_rollout.errors import ConfigError
+from parallel_rollout.rl import EnvManagerConfig, TaskSet
+from rl_support import RIGHT, rl_config, tiny_lakes
+from token_model import write_tokenizer
+
+OPENAI = "https://api.openai.com/v1"
+
+
+@pytest.fixture
+def server():
+    """The local model server, which no check may ask anything."""
+    server = LLMServer(policy=lambda body: RIGHT).start()
+    yield server
+    server.stop()
+
+
+def _tags(tmp_path, mode: str = "gym") -> EnvManagerConfig:
+    """Two tiny lakes (``tiny.jsonl``), or one sum (``sums.jsonl``, mode math: no tools)."""
+    if mode == "gym":
+        return EnvManagerConfig(group_size=2, tags=["tiny"], task_sets=tiny_lakes(tmp_path, "tiny", 2))
+    sums = tmp_path / "sums.jsonl"
+    sums.write_text(json.dumps({"id": "sum0", "mode": "math", "problem": "Compute $2 + 2$.", "answer": "4"}) + "\n")
+    return EnvManagerConfig(group_size=2, tags=["sums"], task_sets={"sums": TaskSet("math", str(sums))})
+
+
+def _refused(tmp_path, server, schedulers, tags: str = "gym", **changes) -> str:
+    """The ConfigError ``RolloutScheduler(...)`` raises for the config and ``_tags``, checked
+    to have started nothing: no run folder, no request to the server."""
+    with pytest.raises(ConfigError) as caught:
+        schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=2, **changes), _tags(tmp_path, tags))
+    assert not (tmp_path / "out").exists() and server.requests == []
+    return str(caught.value)
+
+
+def _cli_refusal(tmp_path, base_url: str, *flags: str, mode: str = "gym") -> str:
+    """What ``parallel-rollout run`` says of the same settings, given as flags, of the same
+    tasks (``_tags``' file): exit 2, nothing started."""
+    data = tmp_path / ("tiny.jsonl" if mode == "gym" else "sums.jsonl")
+    result = CliRunner().invoke(main, ["run", "--mode", mode, "--data", str(data), "--agent", "openai", "--model",
+                                       "table", "--base-url", base_url, "--output-dir", str(tmp_path / "cli-out"),
+                                       *flags])
+    assert result.exit_code == 2 and not (tmp_path / "cli-out").exists(), result.output
+    return result.output
+
+
+def test_the_model_settings_run_checks_refuse_a_missing_key_as_the_scheduler_is_made(tmp_path, server, schedulers,
+                                                                                     monkeypatch):
+    """The openai agent pointed at OpenAI's endpoint with OPENAI_API_KEY unset: the run stops
+    before it starts (exit 2, ``--agent openai needs OPENAI_API_KEY``); the scheduler started
+    its workers, and every episode's first request would be refused."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    message = _refused(tmp_path, server, schedulers, base_url=OPENAI)
+    assert message == (f"RunConfig: agent='openai' needs OPENAI_API_KEY in the environment to call {OPENAI}; set it, "
+                       "or point base_url (or OPENAI_BASE_URL) at another OpenAI-compatible server"), message
+    said = _cli_refusal(tmp_path, OPENAI)
+    assert f"--agent openai needs OPENAI_API_KEY in the environment to call {OPENAI}" in said, said
+    assert server.requests == []
+
+
+def test_tool_calls_in_a_mode_without_tools_is_refused_as_the_scheduler_is_made(tmp_path, server, schedulers):
+    """The openai agent's ``check_config`` (run()'s ``check_agent`` calls it), which the
+    scheduler did not call: every episode's reset raised "mode 'math' has no tools", each
+    group failed, then the batch."""
+    message = _refused(tmp_path, server, schedulers, tags="math", mode="math", data=None, tool_calls=True)
+    assert message.startswith("RunConfig: tool_calls=True: mode 'math' has no tools (modes with tools: "), message
+    assert "--" not in message, message
+    said = _cli_refusal(tmp_path, server.url, "--tool-calls", mode="math")
+    assert "--tool-calls: mode 'math' has no tools (modes with tools: " in said, said
+    assert server.requests == []
+
+
+def test_tool_calls_with_a_tokenizer_is_refused_as_the_scheduler_is_made(tmp_path, server, schedulers):
+    """Token in, token out sends no tools: tool_calls=True went unused, the episodes ran
+    without tools. The openai agent's ``check_config`` refuses it, as run() does (the
+    tokenizer is a config file's key, not a flag)."""
+    tokenizer = str(write_tokenizer(tmp_path / "tokenizer"))
+    message = _refused(tmp_path, server, schedulers, tool_calls=True, tokenizer=tokenizer)
+    assert message == ("RunConfig: tool_calls=True needs chat requests; token in, token out (tokenizer=) sends no "
+                       "tools: give one of them"), message
+    (tmp_path / "run.toml").write_text(f"tokenizer = {json.dumps(tokenizer)}\n")
+    said = _cli_refusal(tmp_path, server.url, "--tool-calls", "--config", str(tmp_path / "run.toml"))
+    assert "tool_calls=True needs chat requests" in said, said
+    assert server.requests == []
+
+
+def test_the_agents_check_is_of_the_mode_each_tag_runs(tmp_path, server, schedulers):
+    """RunConfig(mode='gym') with tool_calls=True passes the gym mode's check (it has tools),
+    but its tag runs math's sums, which have none: the check is of the tag's mode, as a run
+    of that task set would make it."""
+    message = _refused(tmp_path, server, schedulers, tags="math", tool_calls=True)
+    assert message.startswith("RunConfig: tool_calls=True: mode 'math' has no tools"), message
