@@ -9,6 +9,7 @@ tokenizer, went unused)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -106,3 +107,25 @@ def test_the_agents_check_is_of_the_mode_each_tag_runs(tmp_path, server, schedul
     of that task set would make it."""
     message = _refused(tmp_path, server, schedulers, tags="math", tool_calls=True)
     assert message.startswith("RunConfig: tool_calls=True: mode 'math' has no tools"), message
+
+
+def test_a_run_id_run_refuses_is_refused_as_the_scheduler_is_made(tmp_path, server, schedulers):
+    """RunConfig(run_id='my run'): run() refuses it before anything starts (``--run-id``: it
+    names the run folder, and the VMs, cgroups and containers of a mode that has any), the
+    scheduler started its workers with it."""
+    message = _refused(tmp_path, server, schedulers, run_id="my run")
+    assert message == ("RunConfig: run_id 'my run' must be 1-64 characters of letters, digits, '.', '_' or '-' "
+                       "(starting with a letter or digit)"), message
+    said = _cli_refusal(tmp_path, server.url, "--run-id", "my run")
+    assert "run id 'my run' must be 1-64 characters" in said, said
+
+
+def test_an_output_dir_without_room_is_refused_as_the_scheduler_is_made(tmp_path, server, schedulers):
+    """min_free_disk_mb more than the disk has: run() stops before it starts; the scheduler
+    started its workers and wrote its records until the disk was full."""
+    message = _refused(tmp_path, server, schedulers, min_free_disk_mb=2**40)
+    assert re.fullmatch(rf"RunConfig: {re.escape(str(tmp_path))} has \d+ MB free; a run wants at least {2**40} MB "
+                        r"\(min_free_disk_mb\) for its results, trajectories and logs", message), message
+    (tmp_path / "run.toml").write_text(f"min_free_disk_mb = {2**40}\n")
+    said = _cli_refusal(tmp_path, server.url, "--config", str(tmp_path / "run.toml"))
+    assert f"a run wants at least {2**40} MB (min_free_disk_mb)" in said, said

@@ -245,17 +245,23 @@ def check_count(name: str, value: Any, minimum: int, optional: bool = False) -> 
 
 def check_run_config(run_config: Any) -> None:
     """What ``run()`` refuses before anything starts, refused by a scheduler too: a field of
-    the wrong type, a value out of range (``num_rollouts=0``, ``task_timeout=-1``), an agent
-    that does not import or is abstract (its settings, and a tag's mode, are checked as the
+    the wrong type, a value out of range (``num_rollouts=0``, ``task_timeout=-1``), a run_id
+    that is no folder name, an output_dir without min_free_disk_mb free, an agent that does
+    not import or is abstract (its settings, and a tag's mode, are checked as the
     tags are loaded: ``load_tags``). ConfigError naming the field; each would otherwise fail
     every attempt, or start no worker, and no batch would ever come."""
     from ..agents import get_agent
+    from ..output_checks import check_free_disk
+    from ..pool.providers.common import check_name
 
     if not isinstance(run_config, RunConfig):
         raise ConfigError(f"run_config must be a parallel_rollout.config.RunConfig, got {type(run_config).__name__}")
     check_fields(run_config, "RunConfig")
     try:
         validate_ranges(run_config)
+        if run_config.run_id:  # it names the run folder: '../x' was made beside output_dir
+            check_name("run_id", run_config.run_id)
+        check_free_disk(run_config.output_dir, run_config.min_free_disk_mb)  # as run() does
         get_agent(run_config.agent)
     except ConfigError as exc:
         raise said_of(run_config, exc) from None
