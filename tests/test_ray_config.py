@@ -1,7 +1,7 @@
 """--backend ray without a cluster: what a user without Ray is told (through the config and the
 CLI), the flag that needs it, a cluster that cannot be reached (refused at once, exit 2), a
 Ray run resumed on --backend local, the pools' stats summed over nodes (a lost node's as of
-its pool's last report), and the RL policy
+its pool's last report; during a run, every node's, no pool asked), and the RL policy
 gate on TCP that workers on other hosts reach."""
 
 from __future__ import annotations
@@ -230,6 +230,45 @@ def test_a_lost_node_s_pool_counts_in_the_totals_as_of_its_last_report(tmp_path)
     # a node lost before any report still counts its VMs dead, with no figures
     early = Node("early", pool=pool, alive=False, lost_reason="its pool died")
     assert pools_stats([early], 1, "process")["nodes"]["early"] == {"lost": True, "size": 1, "reason": "its pool died"}
+
+
+def test_a_run_s_pool_stats_ask_no_pool_and_say_a_late_report():
+    """During a run the pools' stats are their last reports' (taken every second), and no pool
+    is asked: the progress reads them every second on the run's main thread, where it called
+    each node's pool in turn, and one that hung stalled the run 10 s per node. A pool whose
+    report is older than REPORT_STALE_S is in ``late_reports`` with its age, its figures as of
+    that report; at the end, the stats ``stop_pools`` took, a pool without them counted dead."""
+    from parallel_rollout.backends.ray_pools import REPORT_STALE_S, Node, pools_stats
+
+    asked = []
+
+    def stats_call(*args):
+        asked.append(args)
+        raise TimeoutError("the pool does not answer")
+
+    pool = type("Pool", (), {"call": type("Call", (), {"remote": staticmethod(stats_call)})})()
+
+    def figures(state):
+        return {"size": 1, "states": {"booting": 0, "idle": 0, "leased": 0, "resetting": 0, "dead": 0, state: 1},
+                "leases": 2, "utilization": 0.5}
+
+    now = time.time()
+    fresh = Node("fresh-node", pool=pool, last_stats=figures("leased"), last_stats_at=now - 1)
+    late = Node("late-node", pool=pool, last_stats=figures("idle"), last_stats_at=now - REPORT_STALE_S - 3)
+    total = pools_stats([fresh, late], 1, "process")
+    assert asked == [], "a pool was asked its stats during the run"
+    assert total["states"]["leased"] == 1 and total["states"]["idle"] == 1 and total["states"]["dead"] == 0, total
+    assert list(total["late_reports"]) == ["late-node"] and total["late_reports"]["late-node"] >= REPORT_STALE_S + 3
+    assert total["nodes"]["late-node"]["report_age_s"] == total["late_reports"]["late-node"]
+    assert "report_age_s" not in late.last_stats and total["leases"] == 4, total
+    # a pool just placed, its first report not back yet: its VMs booting, not late
+    placed = Node("placed-node", pool=pool, report_asked_at=now)
+    assert pools_stats([placed], 1, "process")["states"]["booting"] == 1
+    # the end: the stats taken at the shutdown; a pool that gave none counts dead, as of its report
+    fresh.final_stats = figures("dead")
+    total = pools_stats([fresh, late], 1, "process", final=True)
+    assert asked == [] and "late_reports" not in total, total
+    assert total["states"]["dead"] == 2 and total["nodes"]["late-node"]["lost"] is True, total
 
 
 def test_the_summary_names_the_nodes_lost_and_left_out_with_why():

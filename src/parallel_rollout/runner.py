@@ -437,6 +437,8 @@ class Runner:
                               file=PipeSafeStream(sys.stderr))
 
     def _update_progress(self) -> None:
+        if self._progress is None and time.monotonic() - self._last_progress_log < _PROGRESS_LOG_S:
+            return  # no bar, no line due: the pool's stats not read for nothing
         done = len(self._finished_keys)
         rate = f"{self._successes / done:.0%}" if done else "-"
         vms = ""
@@ -449,12 +451,13 @@ class Runner:
                 vms = f"busy {states['leased']} idle {states['idle']} reset {states['resetting']} dead {states['dead']}"
                 if stats.get("spare_vms"):
                     vms += f" spares {stats['spares_ready']}/{stats['spare_vms']}"
+                for node_id, age in stats.get("late_reports", {}).items():  # a Ray node's: as of its last report
+                    vms += f"; node {node_id[:8]}'s pool unreachable (last report {age:.0f}s ago)"
         if self._progress is not None:
             # drawn now (a second apart at most): a bar drawn only as a sample ends showed the
             # rate and VMs of before that end until the next one, minutes on a desktop task
             self._progress.set_postfix_str(f"ok {rate} | VMs {vms}", refresh=True)
-        elif time.monotonic() - self._last_progress_log >= _PROGRESS_LOG_S:
-            # No terminal (cron, CI): a line now and then instead of a bar.
+        else:  # no terminal (cron, CI): a line now and then instead of a bar
             self._last_progress_log = time.monotonic()
             log.info("progress: %d/%d done, success %s, in flight %d, VMs %s",
                      done, self._total, rate, self.engine.in_flight(), vms or "-")

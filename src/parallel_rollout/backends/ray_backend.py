@@ -235,11 +235,15 @@ class RayBackend(WorkerTable, NodeWatch):
         if worker is not None:
             self._on_worker_death(worker, reason, deliberate=True)
 
-    def pool_stats(self) -> dict[str, Any] | None:
-        """Every node's pool stats summed (a lost node's VMs counted dead), the nodes left out named; None without pools."""
+    def pool_stats(self, final: bool = False) -> dict[str, Any] | None:
+        """Every node's pool stats summed (a lost node's VMs counted dead), the nodes left out
+        named, as the pools' last reports said them (no call to a pool: the run's main thread
+        reads them every second); ``final``: the pools' stats taken at their shutdown. None
+        without pools."""
         if self.spec.provider_cls is None or not (self._nodes or self._sweeps.left_out):
             return None
-        return pools_stats(self._nodes.values(), self.config.pool_size, self.config.provider_name, self._sweeps.left_out)
+        return pools_stats(self._nodes.values(), self.config.pool_size, self.config.provider_name,
+                           self._sweeps.left_out, final=final)
 
     # -- watching --------------------------------------------------------------------------
 
@@ -429,7 +433,7 @@ class RayBackend(WorkerTable, NodeWatch):
             unclean = sweep or any(not n.alive for n in self._nodes.values())
             unclean = stop_pools(self._nodes.values(), self.spec.run_dir, self._head.lost) or unclean
             if self.spec.provider_cls is not None:
-                final_stats = self.pool_stats()
+                final_stats = self.pool_stats(final=True)
                 if unclean and self._head.lost:
                     log.warning("the run's VMs on nodes that did not answer are swept by --resume")
                 elif unclean:

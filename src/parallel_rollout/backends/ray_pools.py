@@ -1,9 +1,11 @@
 """The driver's side of the ray backend's VM pools: one ``Node`` record per node (its pool
 actor, the watch reference that fails when the pool dies, the report call under way and the
 last stats it brought), each pool's report taken every second (``take_reports``: its
-events.jsonl lines, its stats), the pools' stats summed over the nodes (a lost node's as of
-its last report), what summary.json says of the nodes (``cluster_nodes``, every Ray run's,
-VMs or none), and the pools' shutdown at the end of a run.
+events.jsonl lines, its stats), the pools' stats summed over the nodes from those reports
+(no call to a pool: the progress reads them every second; a lost node's as of its last
+report, the final ones as the pools' shutdown gave them), what summary.json says of the
+nodes (``cluster_nodes``, every Ray run's, VMs or none), and the pools' shutdown at the end
+of a run.
 
 A pool is a ``ray_actors.PoolActor`` pinned to its node; ``ray_backend`` places them, and
 asks them through these. Nothing here imports Ray at load: ``--backend local`` never needs it.
@@ -20,6 +22,9 @@ from typing import Any, Iterable
 from .ray_cluster import merge_stats
 
 log = logging.getLogger("parallel_rollout")
+
+#: seconds after which an alive pool's last report is late: the progress says it unreachable
+REPORT_STALE_S = 5.0
 
 
 @dataclass
@@ -72,34 +77,44 @@ def take_reports(nodes: Iterable[Node], run_dir: Path, wait_s: float = 0.0) -> N
 
 
 def pools_stats(nodes: Iterable[Node], size: int, provider: str,
-                left_out: dict[str, str] | None = None) -> dict[str, Any]:
-    """Every node's pool stats summed (``merge_stats``); a lost node's (or one whose pool does
-    not answer) VMs counted dead, with why it was lost, its counters (leases, resets, boots …)
-    as of its last report (``as_of``, epoch seconds), so the run's totals keep the work it did;
-    a node leasing from another's pool has none of its own. ``left_out``: the nodes the run
-    never used (their sweep failed or hung), with why, kept as ``nodes_left_out``: a scheduler
-    reading summary.json sees that the run ran on fewer nodes than the cluster had."""
-    import ray
-
-    nodes = list(nodes)
+                left_out: dict[str, str] | None = None, final: bool = False) -> dict[str, Any]:
+    """Every node's pool stats summed (``merge_stats``), asking no pool: a pool's final stats
+    (``final``: at the end, those ``stop_pools`` took) or, during the run, its last report's
+    (``take_reports``, every second): the progress reads them each second on the run's main
+    thread, where a call to each node's pool was N round trips, and a pool that hung stalled
+    the run 10 s per node. An alive pool whose report is older than ``REPORT_STALE_S`` (or that
+    has sent none yet) is in ``late_reports`` with the report's age, its figures as of it. A
+    lost node's (or at the end, one whose pool did not answer) VMs counted dead, with why it
+    was lost, its counters (leases, resets, boots …) as of its last report (``as_of``, epoch
+    seconds), so the run's totals keep the work it did; a node leasing from another's pool
+    has none of its own. ``left_out``: the nodes the run never used (their sweep failed or
+    hung), with why, kept as ``nodes_left_out``: a scheduler reading summary.json sees that
+    the run ran on fewer nodes than the cluster had."""
+    nodes, now = list(nodes), time.time()
     per_node: dict[str, dict[str, Any] | None] = {}
     as_of: dict[str, float] = {}  # the lost nodes counted as of their last report
+    late: dict[str, float] = {}  # the alive nodes whose report is late: its age, seconds
     for node in nodes:
         if node.pool is None:
             continue  # a node leasing from the shared pool
-        stats = node.final_stats
-        if stats is None and node.alive:
-            try:
-                stats = ray.get(node.pool.call.remote("stats"), timeout=10)
-            except Exception:  # noqa: BLE001 - a pool that cannot answer counts as lost
-                stats = None
-        if stats is None and node.last_stats is not None:  # its work counted, its VMs dead
-            stats = {**node.last_stats, "states": {"dead": node.last_stats.get("size", size)}}
-            as_of[node.node_id] = round(node.last_stats_at, 3)
+        stats, last, last_at = node.final_stats, node.last_stats, node.last_stats_at
+        if stats is None and node.alive and not final:
+            # none yet: a pool just placed, its VMs to boot; late once its first report is
+            since = last_at if last is not None else node.report_asked_at or now
+            stats = last if last is not None else {"size": size, "states": {"booting": size}}
+            if now - since > REPORT_STALE_S:
+                late[node.node_id] = round(now - since, 1)
+        elif stats is None and last is not None:  # its work counted, its VMs dead
+            stats = {**last, "states": {"dead": last.get("size", size)}}
+            as_of[node.node_id] = round(last_at, 3)
         per_node[node.node_id] = stats
     total = merge_stats(per_node, size, provider)
     for node_id, when in as_of.items():
-        total["nodes"][node_id].update(lost=True, as_of=when)
+        total["nodes"][node_id] = {**total["nodes"][node_id], "lost": True, "as_of": when}
+    for node_id, age in late.items():  # a copy: the node's last_stats stay as the report said
+        total["nodes"][node_id] = {**total["nodes"][node_id], "report_age_s": age}
+    if late:
+        total["late_reports"] = late
     cluster = cluster_nodes(nodes, left_out)
     for node_id, said in cluster["nodes"].items():  # a pool counted lost says why its node was
         if said.get("reason") and total["nodes"].get(node_id, {}).get("lost"):
