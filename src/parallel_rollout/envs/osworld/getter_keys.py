@@ -8,7 +8,9 @@ one file where the task meant several, and the metric scored the agent on the wr
 with nothing saying why. :data:`FIELDS` are the keys a getter reads without a default (one
 missing failed every grading), :data:`OPTIONAL` those it reads with one; :func:`key_problem`
 names a key in neither (and the nearest one the getter reads) as the folder loads. A key
-starting with ``_`` is a comment, as in the evaluator. :func:`files_problem` checks what a
+starting with ``_`` is a comment, as in the evaluator. :data:`FLAGS` are the keys a getter
+reads as a flag: a string there reads as true, ``"multi": "false"`` fetched a list, so one
+other than "true" (which OSWorld's tasks write) is refused. :func:`files_problem` checks what a
 file getter's ``multi`` and ``gives`` pick. tests/test_osworld_getter_keys.py
 checks both lists against each getter's code and the 369 real tasks.
 """
@@ -17,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .rule_keys import unread_hint
+from .rule_keys import flag_problem, unread_hint
 
-__all__ = ["FIELDS", "OPTIONAL", "VALUES", "files_problem", "key_problem", "reads"]
+__all__ = ["FIELDS", "FLAGS", "OPTIONAL", "VALUES", "files_problem", "key_problem", "reads"]
 
 _DEST = ("dest",)
 #: getter type -> the keys it reads without a default, as OSWorld's own do: one missing is the
@@ -66,6 +68,12 @@ VALUES: dict[tuple[str, str], tuple[Any, ...]] = {
 }
 
 
+#: getter type -> the keys it reads as a flag (``if config.get(key):``, ``bool(...)``)
+FLAGS: dict[str, tuple[str, ...]] = {
+    "vm_file": ("multi", "time_suffix"), "cloud_file": ("multi",), "vm_command_line": ("shell",),
+    "vm_command_error": ("shell",), "url_dashPart": ("needDeleteId",), "active_tab_url_parse": ("split_list",)}
+
+
 def reads(kind: str) -> tuple[str, ...]:
     """Every key getter ``kind`` reads from its config besides ``type``."""
     return (*FIELDS.get(kind, ()), *OPTIONAL.get(kind, ()))
@@ -73,7 +81,8 @@ def reads(kind: str) -> tuple[str, ...]:
 
 def key_problem(getter: dict) -> str | None:
     """What is wrong with a key of a getter config (one whose ``type`` is a getter's): one the
-    getter does not read, or a value of one it does not implement; None when nothing is."""
+    getter does not read, a string given to a flag (``"multi": "false"`` fetched a list), or a
+    value of one it does not implement; None when nothing is."""
     kind = getter["type"]
     known = reads(kind)
     for key, value in getter.items():
@@ -82,6 +91,9 @@ def key_problem(getter: dict) -> str | None:
         if key not in known:
             hint = unread_hint(key, list(known), "it reads no key but 'type'")
             return f"has the key {key!r}, which the getter does not read: {hint} (a comment's key starts with '_')"
+        flag = flag_problem(value) if key in FLAGS.get(kind, ()) else None
+        if flag:
+            return f"has {key!r} {flag}"
         allowed = VALUES.get((kind, key))
         if allowed is not None and value not in allowed:
             return f"has {key!r} {value!r}, which the getter does not read (it reads {', '.join(map(repr, allowed))})"

@@ -7,8 +7,10 @@ nothing saying why. :func:`option_problem` names such a key (and the nearest key
 reads) as the folder loads. A metric reads its named parameters (``check_json``'s
 ``is_yaml``) and the keys :data:`OPTIONS` lists for it; ``compare_archive`` also hands the
 rest to the metric of its ``file_type``. :data:`DEAD` lists the keys OSWorld's own tasks give
-that OSWorld itself never reads: they keep loading. tests/test_osworld_options.py checks this
-list against each metric's code and the 369 real tasks.
+that OSWorld itself never reads: they keep loading. :data:`FLAGS` are the options a metric
+reads as a flag, where a string other than "true" is refused: ``"ignore_case": "false"``
+read as true. tests/test_osworld_options.py checks this list against each metric's code and
+the 369 real tasks.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ import inspect
 from .metrics import METRICS
 from .metrics.pdfs import ARCHIVE_MEMBER_METRICS
 from .metrics.slides import OPTIONS as PPTX_OPTIONS
-from .rule_keys import unread_hint
+from .rule_keys import flag_problem, unread_hint
 
-__all__ = ["DEAD", "OPTIONS", "option_problem", "reads_option"]
+__all__ = ["DEAD", "FLAGS", "OPTIONS", "option_problem", "reads_option"]
 
 _DOCX = ("content_only", "delete_empty_lines", "fuzzy_match", "ignore_blanks", "ignore_case", "ignore_order")
 
@@ -43,6 +45,21 @@ OPTIONS: dict[str, tuple[str, ...]] = {
     "compare_text_file": ("ignore_blanks", "ignore_case"),
     "evaluate_colored_words_in_tables": ("threshold",),
     "literal_match": ("ignore_case", "type"),
+}
+
+#: metric -> the options it reads as a flag (``if options.get(key):``): a string there reads as
+#: true, ``"ignore_case": "false"`` folded the case
+FLAGS: dict[str, tuple[str, ...]] = {
+    "check_json": ("is_yaml",),
+    "check_thunderbird_folder": ("ignore_keys", "ignore_status", "remove_deleted", "remove_duplicate"),
+    "compare_config": ("containment_ok",),
+    "compare_csv": ("ignore_case", "strict"),
+    "compare_docx_files": _DOCX,
+    "compare_docx_files_and_ignore_new_lines": ("ignore_blanks",),
+    "compare_htmls": ("ignore_sdnum",),
+    "compare_pptx_files": tuple(name for name in PPTX_OPTIONS if name.startswith("examine_")),
+    "compare_text_file": ("ignore_blanks", "ignore_case"),
+    "literal_match": ("ignore_case",),
 }
 
 #: (metric, option) pairs OSWorld's real tasks give that OSWorld itself never reads, with where
@@ -74,7 +91,10 @@ def option_problem(func: str, options: dict, states: int = 2) -> str | None:
             return f"its option 'file_type' is {kind!r}, no file type the metric reads " \
                    f"({', '.join(map(repr, ARCHIVE_MEMBER_METRICS))})"
         member = ARCHIVE_MEMBER_METRICS[kind].__name__
-    for key in options:
+    for key, value in options.items():
+        flag = flag_problem(value) if key in (*FLAGS.get(func, ()), *FLAGS.get(member, ())) else None
+        if flag:
+            return f"its option {key!r} is {flag}"
         if reads_option(func, key) or (func, key) in DEAD or (member and reads_option(member, key)):
             continue
         known = [*OPTIONS.get(func, ()), *_named(func)[states:], *(OPTIONS.get(member, ()) if member else ())]

@@ -26,8 +26,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["KINDS", "RULE_GETTERS", "RULE_SHAPES", "MalformedRule", "RuleShape", "kind_of", "rule_problem", "shape_problem",
-           "task_rules", "unread_hint"]
+__all__ = ["KINDS", "RULE_GETTERS", "RULE_SHAPES", "MalformedRule", "RuleShape", "flag_problem", "kind_of", "rule_problem",
+           "shape_problem", "task_rules", "unread_hint"]
 
 #: the expected getters whose state is the task file's ``rules``
 RULE_GETTERS = ("rule", "rule_relativeTime")
@@ -184,6 +184,16 @@ def unread_hint(key: Any, known: list[str], none: str = "it reads ") -> str:
     reads (``none`` when it reads none)."""
     near = difflib.get_close_matches(str(key), known, n=1)
     return f"did you mean {near[0]!r}?" if near else f"it reads {', '.join(map(repr, known))}" if known else none
+
+
+def flag_problem(value: Any) -> str | None:
+    """Why ``value`` of a key read as a flag (``if value:``, a getter's ``multi``, a metric's
+    ``ignore_case``) is wrong, or None: a string other than "true", which reads as true
+    whatever it says, "false" too. OSWorld's own tasks write ``"multi": "true"`` and
+    ``"shell": "true"``, meaning what they read as; "" reads as false and loads."""
+    if isinstance(value, str) and value and value.lower() != "true":
+        return f"{value!r}, a string, which reads as true (any string but \"\" does, as in OSWorld): give true or false"
+    return None
 
 
 def _named(shape: RuleShape) -> tuple[str, ...]:
