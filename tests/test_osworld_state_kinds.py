@@ -78,6 +78,10 @@ MISTAKES = {
     "clipboard-result-file": (CLIPBOARD, lambda ev: _set(ev, "result", _GOLD),
                               f"evaluator result getter 'cloud_file' of metric 'is_in_vm_clickboard': {_PATH} reads "
                               "its result state as a rule: give a 'rule' getter"),
+    # a rule read as the result: its keys are checked as an expected rule's are
+    "clipboard-rule-key": (CLIPBOARD, lambda ev: _set(ev, "result", {"type": "rule", "rules": {"expect": "a.docx"}}),
+                           "evaluator result getter 'rule' of metric 'is_in_vm_clickboard': its 'rules' needs the key "
+                           "'expected'"),
 }
 
 

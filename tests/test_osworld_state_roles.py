@@ -79,6 +79,14 @@ def test_the_pairs_of_the_right_kinds_score(tmp_path):
     assert METRICS["compare_text_file"](str(text), str(text)) == 1
     assert METRICS["exact_match"]("Total", {"expected": "Total"}) == 1
     assert METRICS["compare_terminal_and_txt"](str(text), "Total\n") == 1
+    assert METRICS["is_in_vm_clickboard"]({"expected": "Total"}, "Total\n") == 1  # its result is the rule
+
+
+def test_a_result_rule_without_the_key_its_metric_reads_fails_at_grading():
+    """Why the load checks is_in_vm_clickboard's rule (its result): one without 'expected' raised."""
+    from parallel_rollout.envs.osworld.metrics import METRICS
+
+    assert _outcome(METRICS["is_in_vm_clickboard"], {"expect": "Total"}, "Total\n") == "KeyError"
 
 
 def _nothing(outcome) -> bool:

@@ -154,8 +154,9 @@ def check_evaluator(evaluator: Any) -> None:
             if problem:
                 raise ValueError(f"{place.piece(role)} getter {getter['type']!r} of {place.metric}: {problem}")
             # the rule is the task's: a key its metric reads missing failed every grading, a 0
-            problem = rule_problem(func, getter["rules"]) or value_rules_problem(func, getter["rules"]) \
-                if role == "expected" and getter["type"] in RULE_GETTERS else None
+            problem = rule_problem(func, getter["rules"], role) or (
+                value_rules_problem(func, getter["rules"]) if role == "expected" else None) \
+                if getter["type"] in RULE_GETTERS else None
             if problem:
                 raise ValueError(f"{place.piece(role)} getter {getter['type']!r} of {place.metric}: "
                                  f"its 'rules' {problem}")

@@ -26,8 +26,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["KINDS", "RULE_GETTERS", "RULE_SHAPES", "MalformedRule", "RuleShape", "flag_problem", "kind_of", "rule_problem",
-           "shape_problem", "task_rules", "unread_hint"]
+__all__ = ["KINDS", "RESULT_RULE_SHAPES", "RULE_GETTERS", "RULE_SHAPES", "MalformedRule", "RuleShape", "flag_problem",
+           "kind_of", "rule_problem", "shape_problem", "task_rules", "unread_hint"]
 
 #: the expected getters whose state is the task file's ``rules``
 RULE_GETTERS = ("rule", "rule_relativeTime")
@@ -131,10 +131,16 @@ def kind_of(value: Any) -> str:
             type(None): "null"}.get(type(value), "a number")
 
 
-def rule_problem(func: str, rules: Any) -> str | None:
-    """What ``func`` cannot read in ``rules`` (a task file's), or None: one this module does
-    not know the shape of is taken as is."""
-    shape = RULE_SHAPES.get(func)
+#: metric name -> the rule it reads as its result state (its expected one a value)
+RESULT_RULE_SHAPES: dict[str, RuleShape] = {
+    "is_in_vm_clickboard": _needs("expected"),  # its "config": the text the clipboard must hold
+}
+
+
+def rule_problem(func: str, rules: Any, role: str = "expected") -> str | None:
+    """What ``func`` cannot read in ``rules`` (a task file's, its ``role`` state), or None: one
+    this module does not know the shape of is taken as is."""
+    shape = (RULE_SHAPES if role == "expected" else RESULT_RULE_SHAPES).get(func)
     if shape is None:
         return None
     return shape_problem(shape, rules) or _nested_problem(func, rules)
