@@ -25,6 +25,8 @@ TABLES = "multi_apps/3a93cae4-ad3e-403e-8c12-65303b271818.json"
 SINGLE = "os/28cc3b7e-b194-4bc9-8353-d04c0f4d56d2.json"
 #: check_include_exclude on a command (a rule), then compare_csv against a cloud_file
 MIXED = "multi_apps/3680a5ee-6870-426a-a997-eba929a0d25c.json"
+#: compare_pdfs of a vm_file against a cloud_file
+PDFS = "chrome/e1e75309-3ddb-4d09-92ec-de869c928143.json"
 #: check_presenter_console_disable of one vm_file, and no expected state
 PRESENTER = "libreoffice_impress/0f84bef9-9790-432e-92b7-eece357603fb.json"
 #: literal_match of a cell's content against a page's text
@@ -78,6 +80,11 @@ MISTAKES = {
     "clipboard-result-file": (CLIPBOARD, lambda ev: _set(ev, "result", _GOLD),
                               f"evaluator result getter 'cloud_file' of metric 'is_in_vm_clickboard': {_PATH} reads "
                               "its result state as a rule: give a 'rule' getter"),
+    # a rule's paths (on the host) where the metric opens one file: open() of a list raised
+    "table-rule-paths": (TABLE, lambda ev: _set(ev, "expected", {"type": "rule", "rules": ["/srv/a.xlsx", "/srv/b.xlsx"]}),
+                         "evaluator expected getter 'rule' of metric 'compare_table': it gives the task's 'rules', a "
+                         "list of paths, and the metric opens its expected state as one file: give the one path, or "
+                         "a getter of the file (vm_file, cloud_file)"),
     # a rule read as the result: its keys are checked as an expected rule's are
     "clipboard-rule-key": (CLIPBOARD, lambda ev: _set(ev, "result", {"type": "rule", "rules": {"expect": "a.docx"}}),
                            "evaluator result getter 'rule' of metric 'is_in_vm_clickboard': its 'rules' needs the key "
@@ -93,12 +100,14 @@ def test_a_getter_its_metric_cannot_read_is_refused_at_load(tmp_path):
 @needs_set
 def test_a_metric_that_takes_either_and_a_rules_path_load(tmp_path):
     """contains_page_break reads its rule's page count in a ``try``: a file there is ignored,
-    and loads; a rule's string may be a path on the host, and loads where a file is opened."""
+    and loads; a rule's string may be a path on the host, and loads where a file is opened, a
+    list of them where the metric opens a list (compare_pdfs)."""
     def page_break(ev):
         ev.update(func="contains_page_break", expected=copy.deepcopy(_GOLD))
         ev.pop("options", None)  # compare_table's
     tasks = {"page-break-file": (TABLE, page_break),
-             "table-rule-path": (TABLE, lambda ev: _set(ev, "expected", {"type": "rule", "rules": "/srv/gold.xlsx"}))}
+             "table-rule-path": (TABLE, lambda ev: _set(ev, "expected", {"type": "rule", "rules": "/srv/gold.xlsx"})),
+             "pdfs-rule-paths": (PDFS, lambda ev: _set(ev, "expected", {"type": "rule", "rules": ["/srv/gold.pdf"]}))}
     tasks.update({Path(source).stem: (source, lambda ev: None) for source, _, _ in MISTAKES.values()})
     done = run_cli("--data", str(changed_folder(tmp_path, tasks)), "--dry-run", *MODEL_AGENT)
     assert done.returncode == 0, said(done)

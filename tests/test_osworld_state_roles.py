@@ -107,12 +107,13 @@ def _real_rules() -> dict[str, object]:
 
 @needs_set
 def test_what_the_kinds_say_cannot_work_does_not_at_grading(tmp_path):
-    """Given a rule's object where it opens a file, each metric scores nothing; given a path
+    """Given a rule's object (or a list of paths, where it opens one) where it opens a file,
+    each metric scores nothing; given a path
     where it reads a rule, each scores nothing; given a file's path where it compares a value,
     each scores the same whatever the file holds, and with no file there (it compares the path's text)."""
     from parallel_rollout.envs.osworld.metrics import METRICS
     from parallel_rollout.envs.osworld.rule_keys import task_rules
-    from parallel_rollout.envs.osworld.state_kinds import EXPECTED_KINDS, RESULT_KINDS
+    from parallel_rollout.envs.osworld.state_kinds import EXPECTED_KINDS, LIST_FILES, RESULT_KINDS
 
     rules = _real_rules()
     assert len(rules) > 50, len(rules)
@@ -134,6 +135,8 @@ def test_what_the_kinds_say_cannot_work_does_not_at_grading(tmp_path):
             kind, call = kinds[name], calls[role]
             if kind == "file":
                 assert _nothing(call({"expected": "Total"})), (name, role)
+                if role not in LIST_FILES.get(name, ()):  # a rule's list of paths: it opens one
+                    assert _nothing(call([str(agents), str(agents)])), (name, role)
             elif kind == "rule":
                 state.write_text("{}")
                 assert _nothing(call(str(state))), (name, role)

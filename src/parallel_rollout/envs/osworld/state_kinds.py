@@ -16,8 +16,9 @@ scored 0 (or the same score) with the task's mistake taken for the agent's.
 
 Every metric of the registry has one kind for its result (:data:`RESULT_KINDS`) and one for
 its expected state (:data:`EXPECTED_KINDS`: None for a metric of one state, ``"either"`` with
-its reason in :data:`EITHER`). A rule's string, or list of strings, given where a file is
-opened is a path on the host, opened there as OSWorld does, and loads; a value getter given
+its reason in :data:`EITHER`). A rule's string given where a file is opened is a path on the
+host, opened there as OSWorld does, and loads (it scores when the file is there); a list of
+them loads only where the metric opens a list (:data:`LIST_FILES`). A value getter given
 where a file is opened is not refused (what some give is a path).
 tests/test_osworld_state_kinds.py calls each metric with the kind it cannot read, and checks
 that the kinds cover every metric.
@@ -29,7 +30,7 @@ from typing import Any
 
 from .rule_keys import RULE_GETTERS, RULE_SHAPES, kind_of
 
-__all__ = ["EITHER", "EXPECTED_KINDS", "FILE_GETTERS", "FILE_METRICS", "RESULT_KINDS", "RULE_METRICS",
+__all__ = ["EITHER", "EXPECTED_KINDS", "FILE_GETTERS", "FILE_METRICS", "LIST_FILES", "RESULT_KINDS", "RULE_METRICS",
            "pairing_problem"]
 
 #: the getters whose state is a local file's path (a list of them with ``multi``)
@@ -104,6 +105,14 @@ EXPECTED_KINDS: dict[str, str | None] = {
                     "value"),
 }
 
+#: the metrics that open a list of files (pairing each result with its expected file) in the
+#: roles named; every other opens one path, and a list there raised at every grading
+LIST_FILES: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(("compare_image_list", "compare_pdfs", "check_thunderbird_folder"), ("result", "expected")),
+    "compare_csv": ("expected",),  # the result's lines are any one's
+    "compare_unique_train_records": ("expected",),  # [the gold file, the initial one]
+}
+
 _READS = {"rule": "reads its {role} state as a rule: give a 'rule' getter",
           "value": "compares its {role} state as a value, never opening it: give a getter of the value "
                    "(vm_command_line, content_from_vm_file)"}
@@ -119,6 +128,9 @@ def pairing_problem(func: str, role: str, getter: dict) -> str | None:
             isinstance(rules, dict) or isinstance(rules, list) and not all(isinstance(item, str) for item in rules)):
         return (f"it gives the task's 'rules', {kind_of(rules)}, and the metric opens its {role} state as a file: "
                 f"give a getter of the file (vm_file, cloud_file)")
+    if reads == "file" and kind in RULE_GETTERS and isinstance(rules, list) and role not in LIST_FILES.get(func, ()):
+        return (f"it gives the task's 'rules', a list of paths, and the metric opens its {role} state as one file: "
+                f"give the one path, or a getter of the file (vm_file, cloud_file)")
     if reads in _READS and kind in FILE_GETTERS:
         return "it gives a file's local path, and the metric " + _READS[reads].format(role=role)
     return None
