@@ -99,7 +99,8 @@ import time
 from pathlib import Path
 
 from ...errors import ConfigError, ProviderUnavailable, VMError
-from . import agent_folder, cgroups, grading_fronts, host_dirs, host_share, images, sandbox_fs, sandbox_launch, seccomp, standby, verify
+from . import (agent_folder, cgroups, grading_fronts, host_dirs, host_share, images, orphans, sandbox_fs, sandbox_launch,
+               seccomp, standby, verify)
 from .sandbox_argv import (AGENT_SOURCES, DESKTOP_SOURCES, GRADING_BIN, GUEST_HOME, NAMESPACE_FLAGS, SHIM_DIR,
                            SandboxSpec, boot_argv, folder_argv)
 from .sandbox_uids import SandboxUids
@@ -254,12 +255,20 @@ class ProcessProvider(Provider):
         if sandbox_fs.guest_python() is None:
             raise ProviderUnavailable("the process provider needs python3 under /usr")
         seccomp.program()
+        info_r, info_w = os.pipe()
         argv = [bwrap, *NAMESPACE_FLAGS, *sandbox_fs.system_binds(), "--proc", "/proc",
-                "--dev", "/dev", "--", "/bin/true"]
+                "--dev", "/dev", "--info-fd", str(info_w), "--", "/bin/true"]
         try:
-            probe = subprocess.run(argv, capture_output=True, timeout=10)
+            with orphans.adopting():  # its namespace's init, which bwrap leaves unreaped
+                try:
+                    probe = subprocess.run(argv, capture_output=True, timeout=10, pass_fds=(info_w,))
+                finally:
+                    os.close(info_w)
+                orphans.reap(orphans.info_child_pid(info_r), wait_s=5)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ProviderUnavailable(f"bubblewrap does not run here: {exc}") from exc
+        finally:
+            os.close(info_r)
         if probe.returncode != 0:
             raise ProviderUnavailable(
                 "bubblewrap cannot create namespaces here (unprivileged user namespaces "

@@ -20,6 +20,11 @@ child while it waits for bwrap's word (below): it has no parent-death signal yet
 that exits with a boot under way (the pool's Manager after a shutdown, or following a dead
 runner, with no sweep to come) kills what it still runs first (``kill_all``, at exit).
 
+**Reaping.** The init is bwrap's child, and orphaned when bwrap dies first (a kill) or exits
+without waiting for it (the agent's exit): the owner is a child subreaper, so it comes to the
+owner, which reaps it by pid once it has exited (``orphans.py``), not to a pid 1 that may
+never reap it (a container's).
+
 **Killing.** A sandbox is bwrap (host pid ``pid``) and the init of its pid namespace
 (``init_pid``, reported on bwrap's ``--info-fd``). Both get SIGKILL; the kernel lets the init
 finish exiting only after every other process of its namespace has, so waiting for the
@@ -50,7 +55,7 @@ from pathlib import Path
 
 from ...errors import VMError
 from ...guest.agent_output import pidfd_exited, readable_within, wait_exit
-from . import cgroups
+from . import cgroups, orphans
 from .common import create_time, exit_status, runs_vm, same_process, signal_name
 from .halted import halted_tree
 
@@ -75,6 +80,7 @@ class _Launcher:
         # multiprocessing's finalizers instead
         atexit.register(kill_all)
         multiprocessing.util.Finalize(None, kill_all, exitpriority=10)
+        orphans.adopt()  # the inits of the sandboxes it kills come to it (orphans.py)
         self._requests: queue.SimpleQueue = queue.SimpleQueue()
         thread = threading.Thread(target=self._loop, name="bwrap-launcher", daemon=True)
         thread.start()
@@ -213,6 +219,7 @@ def kill_sandbox(private: dict) -> None:
         for _, _, fd in watched:
             if fd is not None:
                 os.close(fd)
+        orphans.reap(init_pid)  # ours once bwrap is gone: its zombie, had we not reaped it
         if unreported:
             # the orphan of the module doc, which no pid names (a reported init is that very
             # child, killed above): by the VM's cgroups, and where there are none, its folder
@@ -351,11 +358,14 @@ def kill_unrecorded(vm_dir: Path) -> None:
                 killed.append(proc)
         except psutil.Error:
             pass
+    killed_all = list(killed)
     deadline = time.monotonic() + KILL_WAIT_S
     while killed and time.monotonic() < deadline:
         time.sleep(0.005)
         # exited counts as gone even unreaped: an orphan's zombie may wait long for its reaper
         killed = [proc for proc in killed if same_process(proc.pid, proc.create_time())]
+    for proc in killed_all:
+        orphans.reap(proc.pid)  # bwrap's orphaned child is the init of its pid namespace
 
 
 def kill_recorded(meta: dict, vm_dir: Path) -> None:
