@@ -123,6 +123,17 @@ def check_sampling(value: Any, where: str = "sampling") -> dict[str, Any]:
     return items
 
 
+def check_vm_sharing(envs_per_worker: int, use_vm_pool: bool, needs_vm: bool,
+                     said: str = "--envs-per-worker") -> None:
+    """ConfigError when a worker's env loops would share its one VM: ``envs_per_worker`` > 1
+    (``said`` so) in a mode that runs in a VM, without the shared pool. Each worker owns
+    exactly one VM then, which its other loops wait on (an RL scheduler's first get_batch
+    timed out with no group ready)."""
+    if needs_vm and not use_vm_pool and envs_per_worker > 1:
+        raise ConfigError(f"{said} > 1 runs several env loops per worker that share VMs; "
+                          "add --use-vm-pool (without it each worker owns exactly one VM of its own)")
+
+
 def check_distinct_servers(urls: Any) -> None:
     """ConfigError for a server listed twice in a fleet (``--base-url`` repeated, a TOML list):
     it is one server all the same, so the fleet had one server fewer than it lists, with no

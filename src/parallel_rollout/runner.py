@@ -31,7 +31,8 @@ from .agents.base import MODEL_KEYS, MODEL_OPTIONS
 from .agents.episode import EndpointRefused, ModelUnavailable
 from .agents.model_checks import check_agent
 from .config import RunConfig, data_required, default_run_id
-from .config_checks import RESUME_READS, flag_name, ignored_vm_settings, said_if_given, sized_for_samples
+from .config_checks import (RESUME_READS, check_vm_sharing, flag_name, ignored_vm_settings, said_if_given,
+                            sized_for_samples)
 from .engine import Engine
 from .envs import get_env, run_task_set, with_mode_defaults
 from .envs.registry import answer_like_warnings
@@ -129,11 +130,7 @@ class Runner:
         for said, why, name in ignored_vm_settings(cfg, self.provider_cls):
             # warned, not refused: one config file for every mode of a nightly job sets them
             log.warning("%s is not used by this run: %s%s; it is ignored", said, why, cfg.where(name))
-        if self.provider_cls is not None and not cfg.use_vm_pool and cfg.envs_per_worker > 1:
-            raise ConfigError(
-                "--envs-per-worker > 1 runs several env loops per worker that share VMs; "
-                "add --use-vm-pool (without it each worker owns exactly one VM of its own)"
-            )
+        check_vm_sharing(cfg.envs_per_worker, cfg.use_vm_pool, self.provider_cls is not None)
         if cfg.junit_xml:
             check_writable_folder("--junit-xml", cfg.junit_xml)
         check_free_disk(cfg.output_dir, cfg.min_free_disk_mb)  # as --dry-run does

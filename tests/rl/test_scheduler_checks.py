@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -22,6 +23,7 @@ from rl_support import RIGHT, rl_config, tiny_lakes
 from token_model import write_tokenizer
 
 OPENAI = "https://api.openai.com/v1"
+SHELL_TASKS = Path(__file__).resolve().parents[2] / "benchmarks" / "shell_tasks.jsonl"
 
 
 @pytest.fixture
@@ -32,20 +34,25 @@ def server():
     server.stop()
 
 
-def _tags(tmp_path, mode: str = "gym") -> EnvManagerConfig:
-    """Two tiny lakes (``tiny.jsonl``), or one sum (``sums.jsonl``, mode math: no tools)."""
+def _tags(tmp_path, mode: str = "gym", **manager) -> EnvManagerConfig:
+    """Two tiny lakes (``tiny.jsonl``), a shell task (a VM each episode), or one sum
+    (``sums.jsonl``, mode math: no tools); ``manager``: more EnvManagerConfig fields."""
     if mode == "gym":
-        return EnvManagerConfig(group_size=2, tags=["tiny"], task_sets=tiny_lakes(tmp_path, "tiny", 2))
+        return EnvManagerConfig(group_size=2, tags=["tiny"], task_sets=tiny_lakes(tmp_path, "tiny", 2), **manager)
+    if mode == "shell":
+        return EnvManagerConfig(group_size=2, tags=["chores"], task_sets={"chores": TaskSet("shell", str(SHELL_TASKS),
+                                                                                           limit=1)}, **manager)
     sums = tmp_path / "sums.jsonl"
     sums.write_text(json.dumps({"id": "sum0", "mode": "math", "problem": "Compute $2 + 2$.", "answer": "4"}) + "\n")
     return EnvManagerConfig(group_size=2, tags=["sums"], task_sets={"sums": TaskSet("math", str(sums))})
 
 
-def _refused(tmp_path, server, schedulers, tags: str = "gym", **changes) -> str:
+def _refused(tmp_path, server, schedulers, tags: str = "gym", manager: dict | None = None, **changes) -> str:
     """The ConfigError ``RolloutScheduler(...)`` raises for the config and ``_tags``, checked
     to have started nothing: no run folder, no request to the server."""
     with pytest.raises(ConfigError) as caught:
-        schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=2, **changes), _tags(tmp_path, tags))
+        schedulers(rl_config(tmp_path, server, **{"num_rollouts": 1, "envs_per_worker": 2, **changes}),
+                   _tags(tmp_path, tags, **(manager or {})))
     assert not (tmp_path / "out").exists() and server.requests == []
     return str(caught.value)
 
@@ -53,7 +60,7 @@ def _refused(tmp_path, server, schedulers, tags: str = "gym", **changes) -> str:
 def _cli_refusal(tmp_path, base_url: str, *flags: str, mode: str = "gym") -> str:
     """What ``parallel-rollout run`` says of the same settings, given as flags, of the same
     tasks (``_tags``' file): exit 2, nothing started."""
-    data = tmp_path / ("tiny.jsonl" if mode == "gym" else "sums.jsonl")
+    data = {"gym": tmp_path / "tiny.jsonl", "math": tmp_path / "sums.jsonl", "shell": SHELL_TASKS}[mode]
     result = CliRunner().invoke(main, ["run", "--mode", mode, "--data", str(data), "--agent", "openai", "--model",
                                        "table", "--base-url", base_url, "--output-dir", str(tmp_path / "cli-out"),
                                        *flags])
@@ -129,3 +136,21 @@ def test_an_output_dir_without_room_is_refused_as_the_scheduler_is_made(tmp_path
     (tmp_path / "run.toml").write_text(f"min_free_disk_mb = {2**40}\n")
     said = _cli_refusal(tmp_path, server.url, "--config", str(tmp_path / "run.toml"))
     assert f"a run wants at least {2**40} MB (min_free_disk_mb)" in said, said
+
+
+@pytest.mark.parametrize("changes, manager, says", [
+    ({"envs_per_worker": 2}, None, "RunConfig: envs_per_worker > 1"),
+    ({"envs_per_worker": 1}, {"max_env_num_per_worker": 2}, "RunConfig: EnvManagerConfig.max_env_num_per_worker > 1"),
+], ids=["RunConfig", "EnvManagerConfig"])
+def test_env_loops_that_would_share_a_workers_vm_are_refused_as_the_scheduler_is_made(tmp_path, server, schedulers,
+                                                                                      changes, manager, says):
+    """A shell task (a VM each episode) with two env loops per worker and no shared pool:
+    each worker owns one VM, which its second loop waited on; the first get_batch timed out
+    with no group ready. run() refuses it before it starts (``--envs-per-worker > 1 … add
+    --use-vm-pool``)."""
+    message = _refused(tmp_path, server, schedulers, tags="shell", manager=manager, mode="shell",
+                       data=str(SHELL_TASKS), **changes)
+    assert message == (f"{says} runs several env loops per worker that share VMs; add use_vm_pool=True (without it "
+                       "each worker owns exactly one VM of its own)"), message
+    said = _cli_refusal(tmp_path, server.url, "--envs-per-worker", "2", mode="shell")
+    assert "--envs-per-worker > 1 runs several env loops per worker that share VMs; add --use-vm-pool" in said, said

@@ -78,7 +78,8 @@ def test_an_engine_that_cannot_start_leaves_no_gate_behind(tmp_path, monkeypatch
             made.append(self)
 
     monkeypatch.setattr(shared, "PolicyGate", RecordedGate)
-    config = rl_config(tmp_path, LLMServer(), mode="shell", data=str(SHELL_TASKS), provider_name="no-such-provider")
+    config = rl_config(tmp_path, LLMServer(), mode="shell", data=str(SHELL_TASKS), provider_name="no-such-provider",
+                       envs_per_worker=1)  # one loop per worker's VM: with more, a ConfigError of its own
     with pytest.raises(ConfigError, match="unknown provider 'no-such-provider'"):
         RolloutScheduler(config, EnvManagerConfig(tags=["shell"]))
     assert len(made) == 1

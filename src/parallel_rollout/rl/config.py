@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..config import RunConfig, check_fields
-from ..config_checks import validate_ranges
+from ..config_checks import check_vm_sharing, validate_ranges
 from ..errors import ConfigError
 
 
@@ -325,11 +325,19 @@ def whole_ratio(ratio: Any) -> int:
 def load_tags(tags: list[str], env_config: EnvManagerConfig, run_config: RunConfig) -> dict[str, list[Any]]:
     """Each tag's tasks, checked by its mode's ``prepare_run`` (rag builds its index once
     here, before any worker needs it) as the batch runner does, after the agent's checks of
-    every tag's mode (``check_agent_runs``)."""
+    every tag's mode (``check_agent_runs``) and, where one runs in a VM, that the worker's env
+    loops do not share one (``check_vm_sharing``)."""
     from ..envs import get_env
 
     task_sets = {tag: resolve_task_set(tag, env_config, run_config.mode, run_config.data) for tag in tags}
     check_agent_runs(run_config, list(task_sets.values()))
+    loops = env_config.max_env_num_per_worker
+    try:  # the engine's env loops per worker: EnvManagerConfig's, else the RunConfig's
+        check_vm_sharing(loops or run_config.envs_per_worker, run_config.use_vm_pool,
+                         any(get_env(task_set.mode).needs_vm() for task_set in task_sets.values()),
+                         "EnvManagerConfig.max_env_num_per_worker" if loops else "--envs-per-worker")
+    except ConfigError as exc:
+        raise said_of(run_config, exc) from None
     tasks = {}
     for tag, task_set in task_sets.items():
         tasks[tag] = load_tasks_of(tag, task_set)
