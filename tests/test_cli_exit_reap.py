@@ -47,25 +47,30 @@ print("trackers:", sorted(stat(p)[0] for p in trackers))
 """
 
 
-def run_under_a_pid_1_that_reaps_nothing(tmp_path, tasks: list[dict], *flags: str) -> dict:
-    """Run the command on ``tasks`` in a new pid namespace whose pid 1 is ``INIT``: what it
-    said, by line ('trackers': each a /proc state (Z: a zombie) or 'reaped'; 'zombies': how
-    many were left to it, during the run or after). Skips where that cannot run."""
+def under_a_pid_1_that_reaps_nothing(tmp_path, argv: list[str]) -> dict:
+    """Run ``argv`` in a new pid namespace whose pid 1 is ``INIT``: what it said, by line
+    ('trackers': each a /proc state (Z: a zombie) or 'reaped'; 'zombies': how many were left
+    to it, during the run or after). Skips where that cannot run."""
     unshare = shutil.which("unshare")
     if unshare is None or subprocess.run([unshare, "--pid", "--fork", "--mount-proc", "true"]).returncode != 0:
         pytest.skip("needs unshare --pid (root, or user namespaces)")
     if shutil.which("bwrap") is None:
         pytest.skip("needs bubblewrap")
     (tmp_path / "init.py").write_text(INIT)
-    data = write_tasks(tmp_path / "tasks.jsonl", tasks)
     said = subprocess.run([unshare, "--pid", "--fork", "--mount-proc", sys.executable, str(tmp_path / "init.py"),
-                           sys.executable, str(ROOT / "run_parallel_rollout.py"), "--mode", "shell", "--data",
-                           str(data), "--output-dir", str(tmp_path / "out"), "--no-progress", *flags],
-                          capture_output=True, text=True, timeout=300)
+                           *argv], capture_output=True, text=True, timeout=300)
     assert said.returncode == 0, said.stderr
     lines = dict(line.split(": ", 1) for line in said.stdout.splitlines()[-2:])
     assert set(lines) == {"zombies", "trackers"}, said.stdout
     return {key: ast.literal_eval(value) for key, value in lines.items()}
+
+
+def run_under_a_pid_1_that_reaps_nothing(tmp_path, tasks: list[dict], *flags: str) -> dict:
+    """A run of the command on ``tasks`` (``under_a_pid_1_that_reaps_nothing``)."""
+    data = write_tasks(tmp_path / "tasks.jsonl", tasks)
+    return under_a_pid_1_that_reaps_nothing(tmp_path, [
+        sys.executable, str(ROOT / "run_parallel_rollout.py"), "--mode", "shell", "--data", str(data),
+        "--output-dir", str(tmp_path / "out"), "--no-progress", *flags])
 
 
 def test_a_run_under_a_pid_1_that_reaps_nothing_leaves_no_resource_tracker_zombie(tmp_path):
@@ -83,6 +88,13 @@ def test_the_process_providers_sandboxes_leave_no_zombie_under_a_pid_1_that_reap
     said = run_under_a_pid_1_that_reaps_nothing(
         tmp_path, [shell_task(f"t{i}") for i in range(6)], "--provider", "process", *pool)
     assert said["zombies"] == 0, said
+
+
+def test_the_command_agents_probe_leaves_no_zombie_under_a_pid_1_that_reaps_nothing(tmp_path):
+    """Before a run with --agent command the runner checks that bubblewrap can make the
+    agent's pid namespace: that bwrap's init was left to pid 1, a zombie per run."""
+    probe = "from parallel_rollout.agents.agent_sandbox import check_sandbox; assert check_sandbox() is None"
+    assert under_a_pid_1_that_reaps_nothing(tmp_path, [sys.executable, "-c", probe])["zombies"] == 0
 
 
 def test_reaping_sandboxes_inits_takes_no_exit_status_a_popen_waits_for():

@@ -43,6 +43,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..pool.providers import orphans
 from ..pool.providers.host_dirs import existing, outermost
 
 #: scratch space an agent's program may write, besides $HOME and its current folder
@@ -165,8 +166,8 @@ def check_sandbox(hidden: tuple[str, ...] = ()) -> str | None:
         open(file, "w").close()
         probe_view = HostView(view.writable, (*view.readonly, os.path.realpath(code)))
         try:
-            probe = subprocess.run(in_own_pid_namespace(["true"], (*hidden, folder, file), probe_view),
-                                   capture_output=True, text=True, timeout=30)
+            probe = orphans.run_bwrap(in_own_pid_namespace(["true"], (*hidden, folder, file), probe_view),
+                                      capture_output=True, text=True, timeout=30)
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"bubblewrap cannot run: {exc}"
     if probe.returncode != 0:

@@ -16,7 +16,8 @@ the command or a ``sh`` (``docker run`` without --init, a Kubernetes pod) reaps 
 every sandbox left a zombie, until the pid limit refused forks.
 
 So the process that forks sandboxes declares itself a child subreaper (``adopt``), and reaps
-each init it has killed or seen exit (``reap``), by its pid. Never ``waitpid(-1)``: that
+each init it has killed or seen exit (``reap``), by its pid; a probe's bwrap (the process
+provider's, the command agent's) is adopted and reaped for its run only (``run_bwrap``). Never ``waitpid(-1)``: that
 would take exit statuses that ``subprocess.Popen`` objects of this process wait for. A pid is
 reaped only while it is a child of this process that is the init of a pid namespace below
 ours (its last ``NSpid`` is 1): no process this one forked itself is one, and the pid of a
@@ -31,6 +32,7 @@ import functools
 import json
 import logging
 import os
+import subprocess
 from collections.abc import Iterator
 
 from ...guest.agent_output import readable_within
@@ -114,11 +116,22 @@ def reap(pid, wait_s: float = 0.0) -> bool:
         return False
 
 
-def info_child_pid(fd: int) -> int | None:
-    """The init's pid that an exited bwrap wrote on ``--info-fd`` (read end ``fd``, not
-    waited on), or None."""
-    os.set_blocking(fd, False)
+def run_bwrap(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run(argv, **kwargs)`` of a bwrap that makes a pid namespace (a probe),
+    whose init bwrap leaves unreaped as it exits: adopted for the run and reaped after it,
+    its pid read from ``--info-fd``."""
+    info_r, info_w = os.pipe()
     try:
-        return int(json.loads(os.read(fd, 65536))["child-pid"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+        with adopting():
+            try:
+                done = subprocess.run([argv[0], "--info-fd", str(info_w), *argv[1:]], pass_fds=(info_w,), **kwargs)
+            finally:
+                os.close(info_w)
+            os.set_blocking(info_r, False)
+            try:
+                reap(int(json.loads(os.read(info_r, 65536))["child-pid"]), wait_s=5)
+            except (OSError, ValueError, KeyError, TypeError):
+                pass  # bwrap made no namespace: nothing to reap
+    finally:
+        os.close(info_r)
+    return done

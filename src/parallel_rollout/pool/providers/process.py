@@ -255,20 +255,12 @@ class ProcessProvider(Provider):
         if sandbox_fs.guest_python() is None:
             raise ProviderUnavailable("the process provider needs python3 under /usr")
         seccomp.program()
-        info_r, info_w = os.pipe()
         argv = [bwrap, *NAMESPACE_FLAGS, *sandbox_fs.system_binds(), "--proc", "/proc",
-                "--dev", "/dev", "--info-fd", str(info_w), "--", "/bin/true"]
+                "--dev", "/dev", "--", "/bin/true"]
         try:
-            with orphans.adopting():  # its namespace's init, which bwrap leaves unreaped
-                try:
-                    probe = subprocess.run(argv, capture_output=True, timeout=10, pass_fds=(info_w,))
-                finally:
-                    os.close(info_w)
-                orphans.reap(orphans.info_child_pid(info_r), wait_s=5)
+            probe = orphans.run_bwrap(argv, capture_output=True, timeout=10)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ProviderUnavailable(f"bubblewrap does not run here: {exc}") from exc
-        finally:
-            os.close(info_r)
         if probe.returncode != 0:
             raise ProviderUnavailable(
                 "bubblewrap cannot create namespaces here (unprivileged user namespaces "
