@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from conftest import ROOT, assert_exactly_once, read_results, shell_task, write_tasks
 from parallel_rollout.cli import main
 from test_gates import JUNIT_XSD
-from test_results import cli, finished_run  # noqa: F401 (a fixture)
+from test_run_folder_cli import cli, finished_run  # noqa: F401 (a fixture)
 from test_runner import stop_signals_ignoring
 
 
