@@ -322,11 +322,13 @@ def whole_ratio(ratio: Any) -> int:
     return whole
 
 
-def load_tags(tags: list[str], env_config: EnvManagerConfig, run_config: RunConfig) -> dict[str, list[Any]]:
+def load_tags(tags: list[str], env_config: EnvManagerConfig, run_config: RunConfig,
+              own_engine: bool = True) -> dict[str, list[Any]]:
     """Each tag's tasks, checked by its mode's ``prepare_run`` (rag builds its index once
     here, before any worker needs it) as the batch runner does, after the agent's checks of
     every tag's mode (``check_agent_runs``) and, where one runs in a VM, that the worker's env
-    loops do not share one (``check_vm_sharing``)."""
+    loops do not share one (``check_vm_sharing``; a sibling's, ``own_engine`` False, were its
+    maker's: whether that engine has VMs of its modes is ``Shared.check_sibling``'s)."""
     from ..envs import get_env
 
     task_sets = {tag: resolve_task_set(tag, env_config, run_config.mode, run_config.data) for tag in tags}
@@ -334,7 +336,7 @@ def load_tags(tags: list[str], env_config: EnvManagerConfig, run_config: RunConf
     loops = env_config.max_env_num_per_worker
     try:  # the engine's env loops per worker: EnvManagerConfig's, else the RunConfig's
         check_vm_sharing(loops or run_config.envs_per_worker, run_config.use_vm_pool,
-                         any(get_env(task_set.mode).needs_vm() for task_set in task_sets.values()),
+                         own_engine and any(get_env(task_set.mode).needs_vm() for task_set in task_sets.values()),
                          "EnvManagerConfig.max_env_num_per_worker" if loops else "--envs-per-worker")
     except ConfigError as exc:
         raise said_of(run_config, exc) from None

@@ -134,7 +134,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
         self.batch_partition = check_batch_partition(batch_partition, self.tags)
         if _shared is not None and _shared.closed:
             raise SchedulerClosed("the engine of this scheduler's maker is closed: make a new RolloutScheduler")
-        self._tasks = load_tags(self.tags, self.env_config, run_config)
+        self._tasks = load_tags(self.tags, self.env_config, run_config, own_engine=_shared is None)
         #: which task each new group runs (``sources``): the built-in order, or the trainer's
         self._source: TaskSource = task_source or ShuffledTasks(self._tasks, seed)
         #: what the task source raised (or returned) when it last gave no task: a get_batch
