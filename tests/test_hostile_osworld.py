@@ -129,14 +129,14 @@ def prefs_task(task_id: str, line: str, rule: dict) -> dict:
 
 def search_task(task_id: str) -> dict:
     """A task whose is_expected_search_query rule has its ``expect`` without the ``pattern`` the
-    metric reads in it: graded on a file the agent writes, the rule read whatever it holds. The
+    metric reads in it: graded on what the agent wrote to a file, the rule read whatever it holds. The
     load refuses it (``rule_keys``); these tests take that check away in the run's own process
     (:data:`LOAD_SKIPS_NESTED`), as for a nested rule the load does not know, to see what
     grading does with a rule it cannot read."""
     write = "open(__import__('os').path.expanduser('~/url.txt'), 'w').write('https://example.com/?q=x')"
     return {"id": task_id, "mode": "osworld", "instruction": "search for x", "config": [], "script": [write],
             "evaluator": {"func": "is_expected_search_query",
-                          "result": {"type": "vm_file", "path": "/home/user/url.txt", "dest": "url.txt"},
+                          "result": {"type": "vm_command_line", "command": ["cat", "/home/user/url.txt"]},
                           "expected": {"type": "rule", "rules": {"expect": {"patern": "q=x"}}}}}
 
 
