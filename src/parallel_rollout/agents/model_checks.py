@@ -26,7 +26,7 @@ from ..errors import ConfigError
 from ..plugins import plugin_call
 from . import openai_request
 
-__all__ = ["calls_model", "check_agent", "check_model_calls", "check_model_settings", "may_call_model", "model_routes", "probe_endpoint"]
+__all__ = ["calls_model", "check_agent", "check_model_settings", "may_call_model", "model_routes", "probe_endpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,8 @@ def check_agent(config: Any, agent_cls: Any) -> None:
     class's own ``check_config`` (a plugin's runs through ``plugin_call``)."""
     if calls_model(agent_cls, config):
         check_model_settings(config)
-    check_model_calls(agent_cls, config.agent)
+    if may_call_model(agent_cls):
+        declared_calls(agent_cls, config.agent)  # a model_calls that names no call, refused before the run
     own = getattr(agent_cls, "check_config", None)
     if own is not None:
         plugin_call(f"agent {config.agent!r}: check_config", own, config)
@@ -88,15 +89,6 @@ def check_agent(config: Any, agent_cls: Any) -> None:
 
 #: ``Agent.model_calls``'s words: the ModelClient call, and the route it takes (chat's: ``Wire.path``)
 MODEL_CALLS = ("chat", "generate")
-
-
-def check_model_calls(agent_cls: Any, agent: str) -> None:
-    """ConfigError naming the agent when its class's ``model_calls`` names no call of
-    ``self.model`` (``declared_calls``): refused before the run starts (``check_agent``, which
-    an RL scheduler calls as it is made: ``rl.config.check_agent_runs``), before any worker
-    starts, not at its first get_batch's endpoint check."""
-    if may_call_model(agent_cls):
-        declared_calls(agent_cls, agent)
 
 
 def declared_calls(agent_cls: Any, agent: str) -> tuple[str, ...] | None:
