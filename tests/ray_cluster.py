@@ -3,7 +3,8 @@ head and two worker nodes, each its own raylet on 127.0.0.1), one for each test 
 imports the ``cluster`` fixture, and what those modules share: the leak check that lets the
 cluster's own processes stay up, the command line of a CLI run on the cluster, the shell
 benchmark's task ids, a Ray instance of a test's own (``own_ray_tmp``). Used by
-tests/test_ray_backend.py, tests/test_ray_connect.py and tests/test_ray_driver.py.
+tests/test_ray_backend.py, tests/test_ray_lost_nodes.py, tests/test_ray_connect.py and
+tests/test_ray_driver.py.
 """
 
 from __future__ import annotations

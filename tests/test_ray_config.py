@@ -297,7 +297,7 @@ def test_the_summary_names_the_nodes_lost_and_left_out_with_why():
 def test_a_run_without_vms_names_the_nodes_it_used_and_lost_with_why():
     """No pool, so no ``vm`` section: summary.json's ``ray`` says every node used, the lost
     one with why, and the summary's lines name it (it was only in a warning and events.jsonl).
-    On a real cluster: tests/test_ray_backend.py."""
+    On a real cluster: tests/test_ray_lost_nodes.py."""
     from parallel_rollout.backends.ray_pools import Node, cluster_nodes
     from parallel_rollout.run_end import format_summary
 
