@@ -17,7 +17,7 @@ import pytest
 
 from hostile_tasks import SHELL_ROWS, check_finished, check_row, run_table
 from parallel_rollout.pool.providers import docker, grading_fronts, images, qemu_image
-from test_qemu import image  # noqa: F401 (the qemu guest image, built when missing)
+from qemu_support import image  # noqa: F401 (the qemu guest image, built when missing)
 
 #: the by-path rows the guest images (minbase and python3) can run: env and python3 by their paths
 BY_PATH = ("rig_check_unittest_env_by_path", "rig_check_unittest_isolated_by_path", "rig_check_unittest_e_by_path",

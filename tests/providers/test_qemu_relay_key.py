@@ -22,7 +22,7 @@ import pytest
 from agent_runs import run_cli
 from conftest import write_tasks
 from parallel_rollout.pool.providers import qemu
-from test_qemu import image  # noqa: F401  (the guest image, built when missing)
+from qemu_support import image  # noqa: F401  (the guest image, built when missing)
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which(qemu.QEMU) is None or shutil.which("bwrap") is None,
