@@ -44,6 +44,7 @@ sys.path.insert(0, str(HERE))
 import psutil  # noqa: E402
 
 import pool as perf_pool  # noqa: E402
+from pool_report import fmt_value  # noqa: E402
 from parallel_rollout.errors import ConfigError, ProviderUnavailable  # noqa: E402
 from parallel_rollout.guest.client import GuestClient  # noqa: E402
 from parallel_rollout.pool.providers import ProviderOptions, get_provider  # noqa: E402
@@ -280,7 +281,7 @@ def _reset_line(row: dict) -> str:
 
 
 def _spares_line(row: dict) -> str:
-    fmt = perf_pool._fmt  # noqa: SLF001
+    fmt = fmt_value
     vm_only = row["makespan_s"] / row["bound_without_resets_s"] if row["bound_without_resets_s"] else None
     return (f"  {row['target']:<16}{row['spares']:>2}{row['m']:>3}{row['tasks']:>6}{row['makespan_s']:>9.2f}s"
             f"{fmt(row['bound_s'], '.2f'):>7}s{fmt(row['makespan_over_bound'], '.3f'):>8}"
