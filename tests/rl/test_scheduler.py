@@ -1,12 +1,12 @@
 """RolloutScheduler on the real engine (worker processes, the openai agent, the local test
 server's table policy): whole groups, sync and async, stale groups, redundancy, failures,
-the group filter, validation alongside training, the shared limit, batch partition. Its
-processes' lifetimes (a SIGKILLed worker, close(), Ctrl-C in a trainer, a timed-out member):
-test_scheduler_lifetimes.py."""
+the group filter, validation alongside training, the shared limit, batch partition; one
+engine for the module (``scheduler_engine``). Weight updates (suspend, resume, version lag):
+test_scheduler_versions.py; its processes' lifetimes (a SIGKILLed worker, close(), Ctrl-C in
+a trainer, a timed-out member): test_scheduler_lifetimes.py."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import random
@@ -17,52 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from llm_server import LLMServer
 from parallel_rollout.errors import ConfigError, RolloutError
 from parallel_rollout.results import read_records
-from parallel_rollout.rl import EnvManagerConfig, RolloutScheduler, drop_equal_rewards
-from rl_support import TINY, Switch, by_group, lake_set, rl_config
+from parallel_rollout.rl import EnvManagerConfig, drop_equal_rewards
+from rl_support import TINY, by_group, lake_set
+from scheduler_engine import LIMIT, shared, sibling, tiny  # noqa: F401 - fixtures
 from table_policy import TablePolicy
-
-#: the shared engine's limit, for every scheduler of the module
-LIMIT = 6
-
-
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory):
-    """One test server (policy switchable per test) and one engine for the module: each test
-    makes its schedulers as siblings of ``base``, so workers start once."""
-    folder = tmp_path_factory.mktemp("rl-shared")
-    switch = Switch(TablePolicy(seed=0))
-    server = LLMServer(policy=switch).start()
-    base = RolloutScheduler(rl_config(folder, server, num_rollouts=2, envs_per_worker=4),
-                            EnvManagerConfig(tags=["FrozenLake"]), max_concurrent_rollouts=LIMIT, name="base")
-    yield base, switch, server, folder
-    base.close()
-    server.stop()
-
-
-@pytest.fixture
-def sibling(shared):
-    """``sibling(env_config, **options)``: a scheduler on the module's engine, closed after
-    the test; the model's policy is reset to the table policy."""
-    base, switch, _, _ = shared
-    made = []
-
-    def make(env_config, **options):
-        scheduler = base.sibling(env_config, **options)
-        made.append(scheduler)
-        return scheduler
-
-    yield make
-    for scheduler in made:
-        scheduler.close()
-    switch.policy = switch.default
-    base.resume(policy_version=base.policy_version)  # reopened, should a test have left it shut
-
-
-def tiny(shared, **fields):
-    return lake_set(shared[3], name="tiny", desc=TINY, max_steps=2, **fields)
 
 
 def test_whole_groups_same_task_and_seed_oldest_first(shared, sibling):
@@ -366,108 +326,6 @@ def test_validation_runs_each_task_once_while_training_goes_on(shared, sibling):
         running += delta
         peak = max(peak, running)
     assert 1 < peak <= LIMIT
-
-
-def test_suspend_stops_model_requests_and_versions_are_recorded(shared, sibling):
-    server = shared[2]
-    train = sibling(EnvManagerConfig(num_env_groups=2, group_size=2, tags=["tiny"], task_sets=tiny(shared)),
-                    async_generation_ratio=2)
-    train.get_batch(batch_size=4, step=0)
-    train.suspend()
-    suspended = time.monotonic()
-    time.sleep(0.6)
-    assert not [r for r in server.requests if r["time"] > suspended + 0.05]
-    train.resume(policy_version=7)
-    batch = train.get_batch(batch_size=4, step=1)
-    assert {v for t in batch for v in t.policy_versions} <= {0, 7}
-    assert train.policy_version == 7
-
-
-@contextlib.contextmanager
-def slow_to_open(gate):
-    """The gate opens a second late: the trainer's thread is slow between what ``resume``
-    started (groups in the place of dropped ones, validations started over) and the gate's
-    opening; what started samples under the new version all the same."""
-    opened = gate.resume
-
-    def late(*args, **kwargs):
-        time.sleep(1.0)
-        opened(*args, **kwargs)
-
-    gate.resume = late
-    try:
-        yield
-    finally:
-        del gate.resume
-
-
-@pytest.mark.parametrize("suspended", [True, False], ids=["suspend-abort", "no-suspend"])
-def test_a_resume_by_any_scheduler_drops_the_groups_behind_a_siblings_version_lag(shared, sibling, suspended):
-    """The weight update is the engine's: ``base.resume(v)`` (the scheduler that made the
-    engine, without a max_version_lag of its own) drops a sibling's running group holding
-    tokens older than the sibling's max_version_lag allows, as the sibling's own resume does;
-    it ran on to its end on the old tokens, only to be dropped then. With or without a
-    ``suspend()`` before, the group started in its place samples under the new version only."""
-    base, switch, server = shared[0], shared[1], shared[2]
-    table, hold = TablePolicy(seed=0), threading.Event()
-
-    def first_turns_then_held(body):  # the group's first turns answered, the next ones wait
-        if len(table.served) >= 2:
-            hold.wait(30)
-        return table(body)
-
-    switch.policy = first_turns_then_held
-    lagging = sibling(EnvManagerConfig(num_env_groups=1, group_size=2, tags=["tiny"], task_sets=tiny(shared)),
-                      max_version_lag=0)
-    sent = len(server.requests)
-    got: list = []
-    thread = threading.Thread(target=lambda: got.append(lagging.get_batch(batch_size=2, step=0, timeout=60)))
-    thread.start()
-    try:
-        deadline = time.monotonic() + 60
-        while len(server.requests) < sent + 3 and time.monotonic() < deadline:
-            time.sleep(0.01)  # a second turn asked: the first's tokens are the group's
-        version = base.policy_version + 1
-        if suspended:
-            base.suspend(abort=True)
-        with slow_to_open(base._shared.gate):
-            base.resume(version)
-        assert lagging.stats().get("dropped_version_lag") == 1
-    finally:
-        hold.set()
-        thread.join(60)
-    (batch,) = got
-    assert {v for t in batch for v in t.policy_versions} == {version}
-
-
-def test_a_validation_request_under_way_at_a_resume_without_suspend_starts_over(shared, sibling):
-    """get_batch(-1) validates one policy: ``resume(v)`` without ``suspend()`` moves the
-    version on under a request under way, whose episode went on under v and was reported as
-    if one policy had played it; it starts over under v, as one an abort ended does."""
-    base, switch = shared[0], shared[1]
-    table, held, release = TablePolicy(seed=0), threading.Event(), threading.Event()
-
-    def first_held(body):  # the validation's first request waits at the server
-        if not held.is_set():
-            held.set()
-            release.wait(30)
-        return table(body)
-
-    switch.policy = first_held
-    val = sibling(EnvManagerConfig(group_size=1, tags=["tiny"], task_sets=tiny(shared)))
-    report: list = []
-    thread = threading.Thread(target=lambda: report.extend(val.get_batch(-1, step=0, timeout=60)))
-    thread.start()
-    try:
-        assert held.wait(60)
-        version = base.policy_version + 1
-        with slow_to_open(base._shared.gate):
-            base.resume(version)  # no suspend(): the request under way was let through under the last version
-        assert val.stats().get("dropped_version_changed") == 1
-    finally:
-        release.set()
-        thread.join(60)
-    assert [t.task_id for t in report] == ["tiny0"] and set(report[0].policy_versions) == {version}
 
 
 def test_given_tasks_of_a_tag_of_their_own_run_and_every_named_batch_has_metrics(shared, sibling):
