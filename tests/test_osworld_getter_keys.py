@@ -122,21 +122,22 @@ MISTAKES = {
 }
 
 
-def changed_folder(root: Path, tasks: dict[str, tuple[str, object]]) -> Path:
-    """A folder in OSWorld's layout holding, per id, a copy of a real task whose evaluator its
-    change changed."""
+def changed_folder(root: Path, tasks: dict[str, tuple[str, object]], whole: bool = False) -> Path:
+    """A folder in OSWorld's layout holding, per id, a copy of a real task whose evaluator (the
+    whole task with ``whole``) its change changed."""
     made = {}
     for task_id, (source, change) in tasks.items():
         task = copy.deepcopy(json.loads((EXAMPLES / "examples" / source).read_text()))
-        change(task["evaluator"])
+        change(task if whole else task["evaluator"])
         made[task_id] = {**task, "id": task_id, "domain": source.split("/")[0]}
     return osworld_folder(root, made) / "evaluation_examples"
 
 
-def assert_each_refused(root: Path, mistakes: dict[str, tuple[str, object, str]]) -> None:
+def assert_each_refused(root: Path, mistakes: dict[str, tuple[str, object, str]], whole: bool = False) -> None:
     """A dry run of a folder of the ``mistakes`` (task id -> (real task, change, reason)) exits
     2, naming each task's file and its reason."""
-    folder = changed_folder(root, {task_id: (source, change) for task_id, (source, change, _) in mistakes.items()})
+    folder = changed_folder(root, {task_id: (source, change) for task_id, (source, change, _) in mistakes.items()},
+                            whole)
     done = run_cli("--data", str(folder), "--dry-run", *MODEL_AGENT)
     text = said(done)
     assert done.returncode == EXIT_USAGE, text

@@ -7,7 +7,9 @@ paths (relative ones from the task file's folder) or http(s) URLs, fetched once 
 into the download cache keyed by URL (:mod:`.downloads`; ``$PARALLEL_ROLLOUT_OSWORLD_CACHE``,
 default ``~/.cache/parallel-rollout/osworld``). Every
 step has a bounded wait; a failing step raises :class:`SetupError` naming the task, the
-step's index and its type.
+step's index and its type. A step's parameter read as a flag (:data:`FLAGS`: ``shell``,
+``strict``) given a string other than "true" is refused at load: the string reads as true,
+``"shell": "false"`` ran the command in a shell, as OSWorld's own controller does.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from .account_steps import STEPS as ACCOUNT_STEPS
 from .browser_steps import STEPS as BROWSER_STEPS
+from .rule_keys import flag_problem
 # SetupError and cache_root are read here as setup.X by the env and the tests
 from .sources import SetupError, SourceMissing, cache_root, local_source  # noqa: F401
 
@@ -33,8 +36,19 @@ OPEN_TIMEOUT_S = 90.0
 MAX_SLEEP_S = 60.0
 
 
+_WINDOW = ("strict", "by_class")
+#: step type -> the parameters it reads as a flag (handed to the guest as ``shell``, ``if
+#: strict:``): any string but "" reads as true there, so ``"shell": "false"`` ran a shell
+FLAGS: dict[str, tuple[str, ...]] = {"execute": ("shell",), "command": ("shell",), "launch": ("shell",),
+                                     "activate_window": _WINDOW, "close_window": _WINDOW}
+#: (step type, parameter) -> the flags each object of that list parameter is read with
+#: (``googledrive``'s ``args``: ``"trash": "false"`` trashed what it meant to delete)
+ITEM_FLAGS: dict[tuple[str, str], tuple[str, ...]] = {("googledrive", "args"): ("trash",)}
+
+
 def check_steps(steps: Any, where: str) -> None:
-    """ValueError naming the first unsupported or malformed step."""
+    """ValueError naming the first unsupported or malformed step, or a string other than
+    "true" given to a parameter read as a flag."""
     if not isinstance(steps, list):
         raise ValueError(f"{where} must be a list of steps")
     for index, step in enumerate(steps, start=1):
@@ -44,6 +58,25 @@ def check_steps(steps: Any, where: str) -> None:
             raise ValueError(f"{where} step {index}: unsupported step type {step['type']!r}")
         if not isinstance(step.get("parameters", {}), dict):
             raise ValueError(f"{where} step {index}: 'parameters' must be an object")
+        problem = _flags_problem(step["type"], step.get("parameters") or {})
+        if problem:
+            raise ValueError(f"{where} step {index} ({step['type']}): {problem}")
+
+
+def _flags_problem(kind: str, params: dict) -> str | None:
+    """The first flag of a step's ``params`` given a string that reads as true whatever it says."""
+    for key in FLAGS.get(kind, ()):
+        problem = flag_problem(params.get(key))
+        if problem:
+            return f"parameter {key!r} is {problem}"
+    for (step_kind, key), flags in ITEM_FLAGS.items():
+        items = params.get(key) if step_kind == kind else None
+        for place, item in enumerate(items if isinstance(items, list) else ()):
+            problem = next((f"{name!r} is {flag_problem(item[name])}" for name in flags
+                            if isinstance(item, dict) and flag_problem(item.get(name))), None)
+            if problem:
+                return f"parameter {key!r}[{place}] {problem}"
+    return None
 
 
 def placeholders(width: int, height: int, password: str) -> dict[str, str]:
