@@ -27,17 +27,16 @@ from typing import Any
 
 
 from .agents import get_agent
-from .agents.base import MODEL_KEYS, MODEL_OPTIONS
 from .agents.episode import EndpointRefused, ModelUnavailable
 from .agents.model_checks import check_agent
 from .config import RunConfig, data_required, default_run_id
-from .config_checks import (RESUME_READS, check_vm_sharing, flag_name, ignored_vm_settings, said_if_given,
-                            sized_for_samples)
+from .config_checks import check_vm_sharing, ignored_vm_settings, said_if_given, sized_for_samples
 from .engine import Engine
 from .envs import get_env, run_task_set, with_mode_defaults
 from .envs.registry import answer_like_warnings
 from .errors import (ConfigError, ProviderUnavailable, TaskFileError, VMSettingsMismatch, handled_stop_signals,
                      raise_interrupted)
+from .honoured import check_honoured, setting_users
 from .logs import PipeSafeStream, close_run_log, run_log_handler
 from .messages import Assignment
 from .output_checks import check_free_disk, check_writable_folder
@@ -56,8 +55,6 @@ log = logging.getLogger("parallel_rollout")
 _TICK_S = 0.2
 #: seconds between progress lines in the log when there is no progress bar
 _PROGRESS_LOG_S = 30.0
-#: who takes the model settings (--model, --base-url …), for the error that refuses them
-_MODEL_AGENTS = "agents that call a model (openai, or a module:Class agent through self.model)"
 
 
 class Runner:
@@ -104,29 +101,8 @@ class Runner:
         self.env_cls = get_env(cfg.mode, said_if_given(cfg, "mode"))
         self.agent_cls = get_agent(cfg.agent, said_if_given(cfg, "agent"))
         self.provider_cls = run_provider(cfg) if self.env_cls.needs_vm() else None
-        env_opts, agent_opts = self.env_cls.options, self.agent_cls.options
-        check_honoured(cfg, {
-            "action_space": ("desktop modes (osworld)", env_opts & {"action_space"}),
-            "screen_width": ("desktop modes (osworld)", env_opts & {"screen_width"}),
-            "screen_height": ("desktop modes (osworld)", env_opts & {"screen_height"}),
-            "client_password": ("desktop modes (osworld)", env_opts & {"client_password"}),
-            "observation_type": ("desktop modes (osworld)", env_opts & {"observation_type"}),
-            "sleep_after_execution": ("desktop modes (osworld)", env_opts & {"sleep_after_execution"}),
-            "record": ("desktop modes (osworld)", env_opts & {"record"}),
-            "rag_metric": ("the rag mode", env_opts & {"rag_metric"}),
-            **{name: (_MODEL_AGENTS, agent_opts & {name}) for name in MODEL_OPTIONS},
-            "tool_calls": ("the openai agent", agent_opts & {"tool_calls"}),
-            "agent_cmd": ("the command agent", agent_opts & {"agent_cmd"}),
-            "vm_memory_mb": ("modes that run in a VM", frozenset({"vm"} if self.provider_cls else ())),
-            "vm_max_processes": ("modes that run in a VM", frozenset({"vm"} if self.provider_cls else ())),
-            "provider_name": ("modes that run in a VM", frozenset({"vm"} if self.provider_cls else ())),
-            "snapshot_name": ("modes that run in a VM", frozenset({"vm"} if self.provider_cls else ())),
-            "path_to_vm": ("modes that run in a VM", frozenset({"vm"} if self.provider_cls else ())),
-            "num_vms": ("modes that run in a VM", frozenset({"vm"} if self.provider_cls else ())),
-            "use_vm_pool": ("modes that run in a VM", frozenset({"vm"} if self.provider_cls else ())),
-            **dict.fromkeys(("vm_address", "vm_key_file", "reset_command"), ("the remote provider", frozenset(
-                {"remote"} if self.provider_cls and self.provider_cls.name == "remote" else ()))),
-        })
+        check_honoured(cfg, setting_users(self.env_cls, self.agent_cls,
+                                          None if self.provider_cls is None else self.provider_cls.name))
         for said, why, name in ignored_vm_settings(cfg, self.provider_cls):
             # warned, not refused: one config file for every mode of a nightly job sets them
             log.warning("%s is not used by this run: %s%s; it is ignored", said, why, cfg.where(name))
@@ -467,24 +443,3 @@ def finished_keys(finals: dict[str, dict[str, Any]]) -> set[str]:
     refused), so it would end the same way, after another episode."""
     return {key for key, r in finals.items() if not r.get("infrastructure") or r.get("task_fault") == "task_file"}
 
-
-def check_honoured(cfg: RunConfig, owners: dict[str, tuple[str, frozenset[str]]]) -> None:
-    """Reject explicit settings nobody in this run uses.
-
-    ``owners`` maps a situational field to (who would use it, the set of things in this run
-    that do); an explicit field with an empty user set is an error that says who needs it
-    (a warning when a resume read it from the run's config.json: the run was started with it)."""
-    for name, (needed_by, users) in owners.items():
-        if name in cfg.explicit and not users:
-            flag = f"the setting {name}" if name in MODEL_KEYS else flag_name(cfg, name)
-            # a model's setting with no --agent (a script written for OSWorld's run.py, whose
-            # agent is the model's): the agent that ignores it is the default one, not chosen
-            default = (f"; this run's agent is {cfg.agent}, the default: --agent openai calls the model"
-                       if name in MODEL_OPTIONS and "agent" not in cfg.explicit else "")
-            message = f"{flag} is not used by this run: it only applies to {needed_by}{cfg.where(name)}" + default
-            if RESUME_READS in cfg.sources.get(name, ""):
-                # the resumed run was started with it, by a version that took it: its folder
-                # must still finish (it has no flag to take the setting back)
-                log.warning("%s; the run was started with it, and goes on", message)
-                continue
-            raise ConfigError(message)
