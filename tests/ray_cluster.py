@@ -1,10 +1,10 @@
 """A Ray cluster on this machine for the --backend ray tests (ray.cluster_utils.Cluster: one
 head and two worker nodes, each its own raylet on 127.0.0.1), one for each test module that
 imports the ``cluster`` fixture, and what those modules share: the leak check that lets the
-cluster's own processes stay up, the command line of a CLI run on the cluster, the shell
-benchmark's task ids, a Ray instance of a test's own (``own_ray_tmp``). Used by
-tests/test_ray_backend.py, tests/test_ray_lost_nodes.py, tests/test_ray_connect.py and
-tests/test_ray_driver.py.
+cluster's own processes stay up, the command line of a CLI run on the cluster, an Engine of
+the shell mode on it (``shell_engine``), the shell benchmark's task ids, a Ray instance of a
+test's own (``own_ray_tmp``). Used by tests/test_ray_backend.py, tests/test_ray_lost_nodes.py,
+tests/test_ray_connect.py, tests/test_ray_driver.py and tests/test_ray_stalls.py.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Iterator
 import psutil
 import pytest
 
-from conftest import SHELL_TASKS, check_no_leaks, live_descendants
+from conftest import SHELL_TASKS, check_no_leaks, live_descendants, shell_task, write_tasks
 
 # Every Ray process of this module on 127.0.0.1 (else Ray takes the address of the route out)
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -134,3 +134,36 @@ def _cli(out: Path, address: str, run_id: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "parallel_rollout.cli", "--mode", "shell", "--data", str(SHELL_TASKS),
             "--output-dir", str(out), "--run-id", run_id, "--backend", "ray", "--ray-address", address,
             "--num-rollouts", "1", "--num-vms", "1", "--use-vm-pool", "--no-progress", *extra]
+
+
+def _engine_tasks(tmp_path: Path) -> dict:
+    """Shell tasks by id: long (20 s), victim (5 s), q0..q4 (one command)."""
+    from parallel_rollout.envs import task_validators
+    from parallel_rollout.tasks import load_tasks
+
+    specs = [shell_task("long", reference=["sleep 0.2"] * 100 + ["touch ~/long.done"]),
+             shell_task("victim", reference=["sleep 0.2"] * 25 + ["touch ~/victim.done"])]
+    specs += [shell_task(f"q{i}") for i in range(5)]
+    path = write_tasks(tmp_path / "tasks.jsonl", specs)
+    return {t.id: t for t in load_tasks(str(path), default_mode="shell", validators=task_validators())}
+
+
+def shell_engine(address: str, tmp_path: Path, run_id: str, **settings):
+    """An Engine of the shell mode on the cluster at ``address`` (one worker and one VM a
+    node), its results in tmp_path/out/``run_id``; that folder; ``_engine_tasks`` by id."""
+    from parallel_rollout.config import build_config
+    from parallel_rollout.engine import Engine
+    from parallel_rollout.results import ResultStore
+
+    run_dir = tmp_path / "out" / run_id
+    run_dir.mkdir(parents=True)
+    config = build_config(dict(mode="shell", output_dir=str(tmp_path / "out"), run_id=run_id, num_rollouts=1,
+                               envs_per_worker=1, num_vms=1, use_vm_pool=True, progress=False, max_turns=200,
+                               backend="ray", ray_address=address, **settings))
+    return Engine(config, run_dir, record_sink=ResultStore(run_dir).append), run_dir, _engine_tasks(tmp_path)
+
+
+def turns(run_dir: Path, task_id: str) -> int:
+    """The turns written so far of attempt 0 of sample 0 of ``task_id``."""
+    path = run_dir / "trajectories" / task_id / "0" / "attempt-0.jsonl"
+    return path.read_text().count("\n") if path.exists() else 0

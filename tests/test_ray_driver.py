@@ -22,26 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_exactly_once, leftover_sandboxes, max_overlap, read_results, shell_task, write_tasks
-from ray_cluster import _NODE, SHELL_IDS, _cli, cluster, no_leaks  # noqa: F401 - fixtures
+from conftest import assert_exactly_once, leftover_sandboxes, max_overlap, read_results
+from ray_cluster import _NODE, SHELL_IDS, _cli, cluster, no_leaks, shell_engine, turns  # noqa: F401 - fixtures
 
 sys.path.insert(0, str(Path(__file__).parent / "rl"))  # the RL tests' helpers
-
-
-def _engine_tasks(tmp_path: Path) -> dict:
-    from parallel_rollout.envs import task_validators
-    from parallel_rollout.tasks import load_tasks
-
-    specs = [shell_task("long", reference=["sleep 0.2"] * 100 + ["touch ~/long.done"]),
-             shell_task("victim", reference=["sleep 0.2"] * 25 + ["touch ~/victim.done"])]
-    specs += [shell_task(f"q{i}") for i in range(5)]
-    path = write_tasks(tmp_path / "tasks.jsonl", specs)
-    return {t.id: t for t in load_tasks(str(path), default_mode="shell", validators=task_validators())}
-
-
-def _turns(run_dir: Path, task_id: str) -> int:
-    path = run_dir / "trajectories" / task_id / "0" / "attempt-0.jsonl"
-    return path.read_text().count("\n") if path.exists() else 0
 
 
 def test_engine_submit_cancel_pause_and_a_killed_worker_actor(cluster, tmp_path):
@@ -51,20 +35,11 @@ def test_engine_submit_cancel_pause_and_a_killed_worker_actor(cluster, tmp_path)
     (Ray restarts nothing behind the driver); --max-concurrent-rollouts holds over the nodes."""
     import queue
 
-    from parallel_rollout.config import build_config
-    from parallel_rollout.engine import Engine
     from parallel_rollout.messages import Assignment
-    from parallel_rollout.results import ResultStore
 
     cl, _ = cluster
-    by_id = _engine_tasks(tmp_path)
-    run_dir = tmp_path / "out" / "eng"
-    run_dir.mkdir(parents=True)
-    config = build_config(dict(mode="shell", output_dir=str(tmp_path / "out"), run_id="eng", num_rollouts=1,
-                               envs_per_worker=1, num_vms=1, use_vm_pool=True, progress=False, max_turns=200,
-                               max_concurrent_rollouts=2, backend="ray", ray_address=cl.address))
+    engine, run_dir, by_id = shell_engine(cl.address, tmp_path, "eng", max_concurrent_rollouts=2)
     finals: queue.Queue = queue.Queue()
-    engine = Engine(config, run_dir, record_sink=ResultStore(run_dir).append)
     with engine:
         engine.start()
         assert engine.concurrency == 2
@@ -72,7 +47,7 @@ def test_engine_submit_cancel_pause_and_a_killed_worker_actor(cluster, tmp_path)
         engine.submit(Assignment(by_id["victim"], 0, 0), finals.put)
         engine.submit(Assignment(by_id["q0"], 0, 0), finals.put)
         deadline = time.monotonic() + 90
-        while not (_turns(run_dir, "long") >= 2 and _turns(run_dir, "victim") >= 2):
+        while not (turns(run_dir, "long") >= 2 and turns(run_dir, "victim") >= 2):
             assert time.monotonic() < deadline, "long and victim did not both start"
             time.sleep(0.05)
         assert engine.in_flight() == 2 and engine.pending() == 1  # q0 waits: one limit over 3 nodes
@@ -108,6 +83,7 @@ def test_engine_submit_cancel_pause_and_a_killed_worker_actor(cluster, tmp_path)
     assert max_overlap(records) <= 2
     assert len({r["node"] for r in records if r.get("node")}) >= 2
     assert not leftover_sandboxes()
+
 
 
 def test_rl_scheduler_batches_on_the_nodes(cluster, tmp_path):

@@ -38,6 +38,11 @@ the same engine thread)::
   tree and group (``WorkerActor.kill_children``, ``process_group``). Such kills are deliberate:
   like a lost node, they never count toward the crash limit (``base.CrashWindow``), only actors
   that die on their own.
+* **The engine thread waits on no one actor.** A dead worker's kill (its tree first, then the
+  actor) and its VMs' reclaim are sent and settled as they answer (``ray_pending``): a pool
+  or node paused, in a GC pause or stalled held dispatch to every node for up to 15 s per
+  death. Its ``worker_died`` event is written once its pool says the VMs it reclaimed
+  (``not known`` after ``RECLAIM_WAIT_S``); its attempts' records and its replacement do not wait.
 * **Ray itself.** ``--ray-address`` (``auto`` or ``HOST:PORT``) joins a running cluster;
   without it a local instance is started (loopback, 200 MB object store, no dashboard) and
   stopped at the end. An engine started inside a process already connected to Ray (an RL
@@ -62,12 +67,17 @@ from .ray_actors import TRAJECTORY_FILES, PoolActor, RayPool, WorkerActor, late_
 from .ray_cluster import check_reachable, connect, Sweeps, done_refs, pinned, sweep_cluster, wait_ready, why
 from .ray_head import HeadWatch, disconnect_lost
 from .ray_nodes import NodeWatch
+from .ray_pending import Pending
 from .ray_pools import Node, pools_stats, stop_pools
 
 log = logging.getLogger("parallel_rollout")
 
 #: what the pool actor may serve at once (blocked leases included)
 _POOL_CONCURRENCY = 512
+#: seconds a dead worker's worker_died event waits for its pool to say the VMs it reclaimed
+RECLAIM_WAIT_S = 10.0
+#: seconds a worker actor has to kill its process tree before it is killed itself
+KILL_WAIT_S = 5.0
 
 
 @dataclass
@@ -109,6 +119,8 @@ class RayBackend(WorkerTable, NodeWatch):
         self._nodes: dict[str, Node] = {}
         self._workers: dict[int, _Worker] = {}
         self._refs: dict[Any, tuple[_Worker, tuple[str, int]]] = {}
+        #: the reclaims and kills sent, their answers settled as they come (``ray_pending``)
+        self._pending = Pending()
         self._next_index = 0
         #: actors that died on their own (not timeouts, cancels or lost nodes) in the window
         self._crashes = CrashWindow(self.config.num_rollouts)
@@ -251,7 +263,7 @@ class RayBackend(WorkerTable, NodeWatch):
         refs = list(self._refs)
         refs += [w.ready_ref for w in self._workers.values() if w.ready_ref is not None]
         refs += [n.watch_ref for n in self._nodes.values() if n.watch_ref is not None and n.alive]
-        return refs + self._sweeps.refs()
+        return refs + self._sweeps.refs() + self._pending.refs()
 
     def wait(self, extra: list[Any], timeout: float) -> set[Any]:
         """Block until an attempt ends, a worker starts, a pool dies, or ``extra`` is ready."""
@@ -302,6 +314,7 @@ class RayBackend(WorkerTable, NodeWatch):
                     self._lose_node(node, f"the pool of node {node.node_id[:8]} died: {why(exc)}")
         if self._sweeps.pending:
             self._joined(*self._sweeps.settle())
+        self._pending.settle(ready)
         self._poll_nodes()
 
     def _settle(self, worker: _Worker, ident: tuple[str, int]) -> None:
@@ -310,24 +323,25 @@ class RayBackend(WorkerTable, NodeWatch):
 
     def _on_worker_death(self, w: _Worker, reason: str, deliberate: bool = False) -> None:
         """Record what the worker held as worker_died, reclaim its VMs, replace it;
-        ``deliberate``: killed on purpose (a timeout, a cancel, its node lost), not a crash."""
-        import ray
-
+        ``deliberate``: killed on purpose (a timeout, a cancel, its node lost), not a crash.
+        Neither the kill nor the reclaim is waited for: a pool or a node that does not answer
+        (paused, stalled) held the engine, every other node's dispatch with it, 15 s."""
         if self._workers.get(w.index) is not w:
             return
         del self._workers[w.index]
         for ref in [r for r, (owner, _) in self._refs.items() if owner is w]:
             del self._refs[ref]
         self._kill(w)
+        said = f"node {w.node_id[:8]} pid {w.pid}: {reason}"
         pool_node = self._nodes[self._shared_home or w.node_id]
-        reclaimed: list[str] = []
         if pool_node.alive and pool_node.pool is not None and not self._head.lost:
-            try:
-                reclaimed = ray.get(pool_node.pool.call.remote("reclaim", w.holder), timeout=10)
-            except Exception:  # noqa: BLE001 - the pool is going too
-                pass
-        self.hooks.event("worker_died", worker=w.worker_id,
-                          reason=f"node {w.node_id[:8]} pid {w.pid}: {reason}; VMs reclaimed: {reclaimed}")
+            try:  # its event is written when the pool says which VMs it reclaimed
+                self._pending.add(pool_node.pool.call.remote("reclaim", w.holder), RECLAIM_WAIT_S,
+                                  lambda vms, exc: self._reclaimed(w, said, vms, exc))
+            except Exception as exc:  # noqa: BLE001 - the pool is going too
+                self._reclaimed(w, said, [], exc)
+        else:
+            self._reclaimed(w, said, [], None)
         log.warning("worker %s (node %s, pid %s) died: %s", w.worker_id, w.node_id[:8], w.pid, reason)
         for ident, item in list(w.assigned.items()):
             started_at = w.started[ident].started_at
@@ -352,25 +366,41 @@ class RayBackend(WorkerTable, NodeWatch):
         # else not replaced: a worker moved to another node would wait for that node's VMs
         # (its pool is sized for its own workers); the limit shrinks with the alive nodes
 
+    def _reclaimed(self, w: _Worker, said: str, vms: list[str] | None, exc: BaseException | None) -> None:
+        """A dead worker's worker_died event, with the VMs its pool reclaimed: as the pool's
+        answer said them, or why it said none."""
+        if isinstance(exc, TimeoutError):
+            vms_said = f"not known (its pool did not answer within {RECLAIM_WAIT_S:g}s)"
+        elif exc is not None:
+            vms_said = f"[] (the reclaim failed: {why(exc)})"
+        else:
+            vms_said = str(vms or [])
+        self.hooks.event("worker_died", worker=w.worker_id, reason=f"{said}; VMs reclaimed: {vms_said}")
+
     def _kill(self, *workers: _Worker) -> None:
-        """Kill worker actors and their process trees, best effort (their groups: their watchers)."""
+        """Kill worker actors and their process trees, best effort (their groups: their
+        watchers): each actor once it killed its tree, or KILL_WAIT_S after it was asked."""
+        for w in workers:
+            ref = None
+            if not w.lost:  # else nothing to ask it
+                try:
+                    ref = w.actor.kill_children.remote()
+                except Exception:  # noqa: BLE001
+                    pass
+            if ref is None:
+                self._kill_actor(w.actor)
+            else:
+                self._pending.add(ref, KILL_WAIT_S, lambda _answer, _exc, actor=w.actor: self._kill_actor(actor))
+
+    def _kill_actor(self, actor: Any) -> None:
         import ray
 
-        refs = []
-        for w in workers:
-            if w.lost:
-                continue
-            try:
-                refs.append(w.actor.kill_children.remote())
-            except Exception:  # noqa: BLE001
-                pass
-        if refs:
-            ray.wait(refs, num_returns=len(refs), timeout=5)
-        for w in workers if not self._head.lost else ():  # ray.kill waits on the head
-            try:
-                ray.kill(w.actor, no_restart=True)
-            except Exception:  # noqa: BLE001
-                pass
+        if self._head.lost:  # ray.kill waits on the head
+            return
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception:  # noqa: BLE001
+            pass
 
     def check_timeouts(self) -> None:
         """Record attempts past --task-timeout (``late_failures``: each before its actor's
@@ -428,6 +458,9 @@ class RayBackend(WorkerTable, NodeWatch):
             self._kill(*self._workers.values())
             self._workers.clear()
             self._refs.clear()
+            # every kill and reclaim under way answered (or late) before the pools stop:
+            # waited on all at once, each under its own deadline
+            self._pending.finish()
             # A lost node's pool could not stop its VMs: sweep the run's VMs wherever a node
             # can still see them (nodes sharing a host or a Docker daemon).
             unclean = sweep or any(not n.alive for n in self._nodes.values())

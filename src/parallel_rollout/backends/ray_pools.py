@@ -25,6 +25,10 @@ log = logging.getLogger("parallel_rollout")
 
 #: seconds after which an alive pool's last report is late: the progress says it unreachable
 REPORT_STALE_S = 5.0
+#: seconds the pools have to shut down (their VMs stopped) at the end of a run, all at once
+POOL_SHUTDOWN_S = 120.0
+#: the same once the cluster's head is lost (Ray ends the driver soon)
+POOL_SHUTDOWN_HEAD_LOST_S = 10.0
 
 
 @dataclass
@@ -52,14 +56,16 @@ def take_reports(nodes: Iterable[Node], run_dir: Path, wait_s: float = 0.0) -> N
     """Take each alive node's pool report if it answered within ``wait_s``: the events.jsonl
     lines it kept since it was last asked (none where the pool writes the folder itself),
     appended to the run's, and its stats, kept as the node's ``last_stats``; then ask it again.
-    One call a second per node, the events' own: a lost node's last second is lost with it."""
+    One call a second per node, the events' own: a lost node's last second is lost with it.
+    The calls under way are waited for at once: ``wait_s`` for all, not for each."""
     import ray
 
+    nodes = [node for node in nodes if node.pool is not None and node.alive]
+    under_way = [node.report_ref for node in nodes if node.report_ref is not None]
+    ready = set(ray.wait(under_way, num_returns=len(under_way), timeout=wait_s)[0]) if under_way else set()
     for node in nodes:
-        if node.pool is None or not node.alive:
-            continue
         if node.report_ref is not None:
-            if not ray.wait([node.report_ref], timeout=wait_s)[0]:
+            if node.report_ref not in ready:
                 continue
             try:
                 report = ray.get(node.report_ref)
@@ -142,30 +148,54 @@ def cluster_nodes(nodes: Iterable[Node], left_out: dict[str, str] | None = None)
 def stop_pools(nodes: Iterable[Node], run_dir: Path, head_lost: bool = False) -> bool:
     """Shut every alive node's pool down (its stats kept in ``final_stats``, its last
     events.jsonl lines taken) and kill every pool actor; True when one left VMs behind (boots
-    it stopped waiting for, a pool that did not answer): the run's VMs are then swept.
-    ``head_lost``: the cluster's head is gone, and Ray ends the driver soon: each pool gets
-    10 s, and no actor is killed (``ray.kill`` waits on the head; the pools die with their nodes)."""
+    it stopped waiting for, a pool that did not answer): the run's VMs are then swept. The
+    pools are asked at once, under one deadline (``POOL_SHUTDOWN_S``): one that does not
+    answer (its node paused or stalled) holds the run's end that long once, not once for
+    each pool. ``head_lost``: the cluster's head is gone, and Ray ends the driver soon: the
+    pools get ``POOL_SHUTDOWN_HEAD_LOST_S``, and no actor is killed (``ray.kill`` waits on the
+    head; the pools die with their nodes)."""
     import ray
 
-    unclean = False
-    for node in nodes:
-        if node.pool is None:
+    nodes = [node for node in nodes if node.pool is not None]
+    alive = [node for node in nodes if node.alive]
+    left_vms = _ask_pools(alive, "shutdown", POOL_SHUTDOWN_HEAD_LOST_S if head_lost else POOL_SHUTDOWN_S)
+    stats = _ask_pools([node for node in alive if node.node_id in left_vms], "stats", 10)
+    unclean = any(left_vms.values())  # boots a pool stopped waiting for: swept after
+    for node in alive:
+        if node.node_id in stats:
+            node.final_stats = stats[node.node_id]
             continue
-        if node.alive:
-            try:
-                if ray.get(node.pool.call.remote("shutdown"), timeout=10 if head_lost else 120):
-                    unclean = True  # boots it stopped waiting for: swept below
-                node.final_stats = ray.get(node.pool.call.remote("stats"), timeout=10)
-                take_reports([node], run_dir, wait_s=10)  # the call under way,
-                take_reports([node], run_dir, wait_s=10)  # then the rest
-            except Exception:  # noqa: BLE001
-                log.warning("the pool of node %s did not shut down; sweeping it", node.node_id[:8])
-                unclean = True
-                node.alive = not head_lost  # its VMs counted dead; not asked again
-        if head_lost:
-            continue
+        log.warning("the pool of node %s did not shut down; sweeping it", node.node_id[:8])
+        unclean = True
+        node.alive = not head_lost  # its VMs counted dead (no final stats); not asked again
+    stopped = [node for node in alive if node.final_stats is not None]
+    take_reports(stopped, run_dir, wait_s=10)  # the calls under way,
+    take_reports(stopped, run_dir, wait_s=10)  # then the rest
+    for node in nodes if not head_lost else ():
         try:
             ray.kill(node.pool, no_restart=True)
         except Exception:  # noqa: BLE001
             pass
     return unclean
+
+
+def _ask_pools(nodes: list[Node], name: str, wait_s: float) -> dict[str, Any]:
+    """Each node's pool's ``call(name)`` answer, by node id: every pool asked at once and
+    waited for under one deadline; a pool that failed or did not answer in time has none."""
+    import ray
+
+    asked: dict[Any, str] = {}
+    for node in nodes:
+        try:
+            asked[node.pool.call.remote(name)] = node.node_id
+        except Exception:  # noqa: BLE001 - the pool is gone
+            pass
+    answers: dict[str, Any] = {}
+    if not asked:
+        return answers
+    for ref in ray.wait(list(asked), num_returns=len(asked), timeout=wait_s)[0]:
+        try:
+            answers[asked[ref]] = ray.get(ref)
+        except Exception:  # noqa: BLE001 - it failed: as if it did not answer
+            pass
+    return answers
