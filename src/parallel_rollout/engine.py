@@ -259,7 +259,10 @@ class Engine(EngineCancels):
         return self.backend.holder_pid(key, attempt)
 
     def pool_stats(self) -> dict[str, Any] | None:
-        """The pool's live stats (None without a pool or when it cannot answer)."""
+        """The VM pool's stats (None without a pool or when it cannot answer): on one host the
+        pool's, asked now; with --backend ray every node's summed as its pool's last report
+        said them (taken every second: a second or two old; ``late_reports`` names a node whose
+        report is late, ``ray_pools.pools_stats``)."""
         return self.backend.pool_stats()
 
     def close(self, grace: float | None = None) -> None:

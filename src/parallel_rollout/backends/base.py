@@ -141,7 +141,8 @@ class Backend(Protocol):
         """Attempts sent to workers and not settled (safe from any thread)."""
 
     def pool_stats(self) -> dict[str, Any] | None:
-        """The pool's live stats, or None."""
+        """The pool's stats, or None: the local pool's asked now, the ray pools' as their
+        last per-second reports said them."""
 
     def worker_pids(self) -> dict[str, int | None]:
         """Each live worker's id and pid (None while a Ray actor starts)."""
