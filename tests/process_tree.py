@@ -4,7 +4,6 @@ runner; a sandbox's guest agent (server.py) is found above a command it runs."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import threading
@@ -140,20 +139,3 @@ def signal_at(proc, reached, signum: int, still=lambda: True) -> bool:
     finally:
         os.kill(proc.pid, signum)
         os.kill(proc.pid, signal.SIGCONT)
-
-
-@contextlib.contextmanager
-def adopting_nothing():
-    """This process no child subreaper for the block: a test earlier in this pytest worker that
-    started process sandboxes in it made it one (the process provider adopts the inits of the
-    sandboxes it kills: pool/providers/orphans.py), and then an orphan of the test's (a detached
-    stand-in VM's daemon) comes back to it, a zombie nobody reaps once killed, instead of to init."""
-    from parallel_rollout.pool.providers import orphans
-
-    was = orphans.is_subreaper()
-    orphans._prctl(orphans.PR_SET_CHILD_SUBREAPER, 0)
-    try:
-        yield
-    finally:
-        if was:
-            orphans.adopt()

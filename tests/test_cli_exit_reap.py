@@ -7,6 +7,7 @@ them, at every reset and stop."""
 from __future__ import annotations
 
 import ast
+import os
 import shutil
 import subprocess
 import sys
@@ -107,3 +108,48 @@ def test_reaping_sandboxes_inits_takes_no_exit_status_a_popen_waits_for():
         time.sleep(0.001)  # until it exited, unreaped: what a Popen of another thread is about to wait for
     assert not orphans.reap(proc.pid, wait_s=0.1)
     assert proc.wait(timeout=5) == 3
+
+
+#: a command agent that gives up at once: its process lives as long as its worker
+DONE_AGENT = "import sys\nfor line in sys.stdin:\n    print('\"DONE\"', flush=True)\n"
+
+
+def test_the_command_agents_leave_no_zombie_under_a_pid_1_that_reaps_nothing(tmp_path):
+    """Each worker's agent runs under bwrap in a pid namespace of its own; as the worker stopped
+    it, bwrap exited without reaping the namespace's init, which went to pid 1: a zombie per
+    worker, per run."""
+    (tmp_path / "agent.py").write_text(DONE_AGENT)
+    said = run_under_a_pid_1_that_reaps_nothing(
+        tmp_path, [shell_task(f"t{i}") for i in range(3)], "--provider", "process", "--num-rollouts", "2",
+        "--agent", "command", "--agent-cmd", f"{sys.executable} {tmp_path / 'agent.py'}")
+    assert said["zombies"] == 0, said
+
+
+#: an image build's apt-get step (``images._apt_install``), in a tree of a shell and a stand-in
+#: apt-get that succeeds (the real one needs debootstrap's tree and a mirror)
+APT_STEP = r"""
+import os, shutil, sys
+from pathlib import Path
+from parallel_rollout.pool.providers import images
+tree, debs = Path(sys.argv[1]) / "tree", Path(sys.argv[1]) / "debs"
+for lib in ("/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2"):
+    os.makedirs(tree / lib.lstrip("/").rsplit("/", 1)[0], exist_ok=True)
+    shutil.copy(os.path.realpath(lib), tree / lib.lstrip("/"))
+for folder in ("bin", "usr/bin", "usr/sbin", "etc/apt"):
+    (tree / folder).mkdir(parents=True, exist_ok=True)
+shutil.copy("/bin/dash", tree / "bin" / "sh")
+(tree / "usr/bin/apt-get").write_text("#!/bin/sh\nexit 0\n")
+(tree / "usr/bin/apt-get").chmod(0o755)
+images._apt_install(shutil.which("bwrap"), tree, ["hello"], suite="bookworm", mirror="http://127.0.0.1:9/debian",
+                    debs=debs, log=print)
+"""
+
+
+@pytest.mark.skipif(not (shutil.which("dash") and os.path.exists("/lib64/ld-linux-x86-64.so.2")),
+                    reason="needs dash and an x86-64 glibc for the tree")
+def test_an_image_builds_apt_get_step_leaves_no_zombie_under_a_pid_1_that_reaps_nothing(tmp_path):
+    """``parallel-rollout image build`` runs apt-get in the tree under bwrap with a pid namespace
+    of its own, whose init bwrap left to pid 1: a zombie per build."""
+    (tmp_path / "apt_step.py").write_text(APT_STEP)
+    said = under_a_pid_1_that_reaps_nothing(tmp_path, [sys.executable, str(tmp_path / "apt_step.py"), str(tmp_path)])
+    assert said["zombies"] == 0, said

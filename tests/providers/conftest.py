@@ -31,7 +31,6 @@ from parallel_rollout.errors import ConfigError, ProviderUnavailable
 from parallel_rollout.pool.providers import get_provider
 from parallel_rollout.pool.providers.base import ProviderOptions
 from parallel_rollout.pool.providers.common import POOL_SEP, run_folders
-from process_tree import adopting_nothing
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERD_SCRIPT = ROOT / "scripts" / "dockerd.sh"
@@ -301,8 +300,7 @@ def standins(tmp_path, monkeypatch):
     (state / "vbox.json").write_text(json.dumps({
         "ubuntu0": {"uuid": "11111111-2222-3333-4444-555555555555", "snapshots": ["init_state"]},
         "ubuntu1": {"uuid": "66666666-7777-8888-9999-000000000000", "snapshots": ["init_state"]}}))
-    with adopting_nothing():  # a killed daemon a zombie of this worker's: seen running
-        yield vmx, state
+    yield vmx, state
     # nothing may outlive the test: every daemon was stopped through the provider
     assert not list(state.glob("*.pid")), "a stand-in VM was left running"
 

@@ -39,6 +39,7 @@ import time
 import weakref
 from typing import IO
 
+from ..pool.providers import orphans
 from .agent_sandbox import in_own_pid_namespace
 from .episode import AgentError
 
@@ -91,13 +92,17 @@ class AgentProcess:
     """One running agent command: its pipes and the threads reading stdout and stderr."""
 
     def __init__(self, argv: list[str], command: str, hidden: tuple[str, ...] = ()) -> None:
+        #: its namespace's init, which its bubblewrap leaves unreaped as it ends: ours to reap
+        init = orphans.InitReport(in_own_pid_namespace(argv, hidden))
         try:
             self._popen = subprocess.Popen(
-                in_own_pid_namespace(argv, hidden), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, start_new_session=True,
+                init.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, start_new_session=True, pass_fds=init.pass_fds,
             )
         except OSError as exc:
+            init.reap()
             raise AgentError(f"cannot start --agent-cmd {command!r}: {exc.strerror or exc}") from None
+        init.started()
         self._lines: queue.Queue[str | None] = queue.Queue(maxsize=LINES_KEPT)
         #: set when the process is stopped: the stdout reader no longer waits for room
         self._stopped = threading.Event()
@@ -118,7 +123,7 @@ class AgentProcess:
         threading.Thread(target=_read_lines, args=(self._popen.stdout, self._lines, self._stopped),
                          name=f"agent-cmd-{self._popen.pid}", daemon=True).start()
         # Not a method of self: the finalizer must not keep this object alive.
-        self.stop = weakref.finalize(self, _stop, self._popen, self._stopped)
+        self.stop = weakref.finalize(self, _stop, self._popen, self._stopped, init)
 
     def alive(self) -> bool:
         """Whether the process is still running."""
@@ -126,8 +131,9 @@ class AgentProcess:
 
     def kill(self) -> None:
         """Stop it at once: SIGKILL to its process group (a hung agent gets no grace), then ``stop``."""
-        _signal_group(self._popen.pid, signal.SIGKILL)
-        self.stop()
+        with orphans.adopting():  # its init, orphaned as its bubblewrap dies, comes to us (``_stop``)
+            _signal_group(self._popen.pid, signal.SIGKILL)
+            self.stop()
 
     def stray_line(self) -> str | None:
         """The first line the agent wrote that no request is waiting for (every line read
@@ -262,24 +268,30 @@ def _keep_tail(stream: IO[bytes], tail: bytearray) -> None:
                 del tail[:-STDERR_KEPT]
 
 
-def _stop(popen: subprocess.Popen, stopped: threading.Event) -> None:
-    """EOF on stdin, then SIGTERM, then SIGKILL to the agent's whole process group."""
+def _stop(popen: subprocess.Popen, stopped: threading.Event, init: orphans.InitReport) -> None:
+    """EOF on stdin, then SIGTERM, then SIGKILL to the agent's whole process group; its
+    namespace's init reaped. The worker is a child subreaper meanwhile (only then: it runs
+    plugins' code, whose orphans are not its to keep), so the init comes to it as its
+    bubblewrap ends, not to a pid 1 that may reap nothing (a container's): one zombie per
+    agent. An agent that ended on its own before leaves its init to pid 1."""
     stopped.set()  # the stdout reader drops what it still reads, and ends at its EOF
-    try:
-        popen.stdin.close()
-    except OSError:
-        pass
-    try:
-        popen.wait(timeout=STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        _signal_group(popen.pid, signal.SIGTERM)
+    with orphans.adopting():
+        try:
+            popen.stdin.close()
+        except OSError:
+            pass
         try:
             popen.wait(timeout=STOP_GRACE_S)
         except subprocess.TimeoutExpired:
-            _signal_group(popen.pid, signal.SIGKILL)
-            popen.wait()
-    # Its bubblewrap's group; what the agent started dies with its namespace.
-    _signal_group(popen.pid, signal.SIGKILL)
+            _signal_group(popen.pid, signal.SIGTERM)
+            try:
+                popen.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                _signal_group(popen.pid, signal.SIGKILL)
+                popen.wait()
+        # Its bubblewrap's group; what the agent started dies with its namespace.
+        _signal_group(popen.pid, signal.SIGKILL)
+        init.reap()
 
 
 def _signal_group(pgid: int, sig: int) -> None:

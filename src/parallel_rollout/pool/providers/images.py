@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from ...errors import ProviderUnavailable, VMError
+from . import orphans
 from .host_dirs import IMAGE_CACHE
 
 #: a child run under this prefix is SIGKILLed when the thread that started it ends (a killed
@@ -389,18 +390,21 @@ def _apt_install(bwrap: str, tree: Path, packages: list[str], *, suite: str, mir
             "--setenv", "PATH", "/usr/sbin:/usr/bin:/sbin:/bin", "--", "/bin/sh", "-c", script]
     log(f"[image] apt-get install {' '.join(packages)} (without recommends) in the tree")
     try:
-        _run_logged(argv, log, timeout=APT_TIMEOUT_S, what="apt-get")
+        # its pid namespace's init, which bwrap leaves unreaped, is ours to reap: under a pid 1
+        # that reaps nothing (a container's) it stayed a zombie per build
+        with orphans.bwrap_init(argv) as report:
+            _run_logged(report.argv, log, timeout=APT_TIMEOUT_S, what="apt-get", pass_fds=report.pass_fds)
     finally:
         policy.unlink()
 
 
-def _run_logged(argv: list[str], log: Log, *, timeout: float, what: str) -> None:
-    """Run ``argv``, passing its output lines to ``log``; VMError with the tail on failure.
+def _run_logged(argv: list[str], log: Log, *, timeout: float, what: str, pass_fds: tuple[int, ...] = ()) -> None:
+    """Run ``argv`` (with ``pass_fds``), passing its output lines to ``log``; VMError with the tail on failure.
     It dies with the build (DEATHSIG): a build killed by a cron job's ``timeout`` (SIGTERM)
     or SIGKILL left its debootstrap running on, filling a folder no build would pack."""
     tail: list[str] = []
     proc = subprocess.Popen([*DEATHSIG, *argv], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, errors="replace")
+                            stderr=subprocess.STDOUT, text=True, errors="replace", pass_fds=pass_fds)
     deadline = time.monotonic() + timeout
     try:
         assert proc.stdout is not None

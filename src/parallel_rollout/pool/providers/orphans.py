@@ -15,13 +15,22 @@ subreaper or to pid 1, whose zombie stays until that one reaps it. A container w
 the command or a ``sh`` (``docker run`` without --init, a Kubernetes pod) reaps nothing:
 every sandbox left a zombie, until the pid limit refused forks.
 
-So the process that forks sandboxes declares itself a child subreaper (``adopt``), and reaps
-each init it has killed or seen exit (``reap``), by its pid; a probe's bwrap (the process
-provider's, the command agent's) is adopted and reaped for its run only (``run_bwrap``). Never ``waitpid(-1)``: that
-would take exit statuses that ``subprocess.Popen`` objects of this process wait for. A pid is
-reaped only while it is a child of this process that is the init of a pid namespace below
-ours (its last ``NSpid`` is 1): no process this one forked itself is one, and the pid of a
-child, running or a zombie, is not reused before its parent (us) reaps it.
+So the process that forks a sandbox is a child subreaper while the sandbox lives (``hold``
+as it starts it, ``release`` once it has killed it and reaped its init by pid: ``reap``) and
+while it kills one (``adopting``); the bwrap of a probe (the process provider's, the command
+agent's), of an image build's apt-get and of a command agent is adopted for its end only
+(``run_bwrap``, ``bwrap_init``, ``InitReport``). Only then, because a subreaper adopts every
+orphan of its descendants, not only sandboxes' inits (a daemon a hypervisor CLI detaches, a
+test's ``setsid`` grandchild): a process that was one for the rest of its life once it had
+started a sandbox kept those as zombies it never reaped, alive to a check by pid.
+The holds are counted across threads: the flag is cleared when the last one ends, unless the
+process was a subreaper before (the guest agent makes itself one).
+
+Never ``waitpid(-1)``: that would take exit statuses that ``subprocess.Popen`` objects of
+this process wait for. A pid is reaped only while it is a child of this process that is the
+init of a pid namespace below ours (its last ``NSpid`` is 1): no process this one forked
+itself is one, and the pid of a child, running or a zombie, is not reused before its parent
+(us) reaps it.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ import json
 import logging
 import os
 import subprocess
+import threading
 from collections.abc import Iterator
 
 from ...guest.agent_output import readable_within
@@ -52,31 +62,57 @@ def _prctl(option: int, arg) -> bool:
         return False
 
 
-def adopt() -> bool:
-    """Make this process the child subreaper of everything it starts (orphans of its
-    descendants come to it, not to pid 1); whether it is one now."""
-    if not _prctl(PR_SET_CHILD_SUBREAPER, 1):
-        log.debug("prctl(PR_SET_CHILD_SUBREAPER) failed: killed sandboxes' inits go to pid 1")
-        return False
-    return True
-
-
 def is_subreaper() -> bool:
     """Whether this process is a child subreaper."""
     flag = ctypes.c_int(0)
     return _prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag)) and bool(flag.value)
 
 
+class _Holds:
+    """This process's holds on the child subreaper flag (see the module doc)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.count = 0
+        #: it was a subreaper before the first hold: never cleared
+        self.was = False
+
+
+_holds_lock = threading.Lock()
+_holds = _Holds()
+
+
+def hold() -> None:
+    """Make this process a child subreaper until the matching ``release``."""
+    global _holds
+    with _holds_lock:
+        if _holds.pid != os.getpid():  # a forked child: the flag is not inherited, nor the holds
+            _holds = _Holds()
+        if _holds.count == 0:
+            _holds.was = is_subreaper()
+            if not _holds.was and not _prctl(PR_SET_CHILD_SUBREAPER, 1):
+                log.debug("prctl(PR_SET_CHILD_SUBREAPER) failed: killed sandboxes' inits go to pid 1")
+        _holds.count += 1
+
+
+def release() -> None:
+    """End a ``hold``: the flag is cleared with the last one (unless it was set before)."""
+    with _holds_lock:
+        if _holds.pid != os.getpid() or _holds.count == 0:
+            return
+        _holds.count -= 1
+        if _holds.count == 0 and not _holds.was:
+            _prctl(PR_SET_CHILD_SUBREAPER, 0)
+
+
 @contextlib.contextmanager
 def adopting() -> Iterator[None]:
-    """A child subreaper for the block only (a probe's sandbox), unless it was one already."""
-    was = is_subreaper()
-    adopt()
+    """A child subreaper for the block (``hold``, ``release``)."""
+    hold()
     try:
         yield
     finally:
-        if not was:
-            _prctl(PR_SET_CHILD_SUBREAPER, 0)
+        release()
 
 
 @functools.lru_cache(maxsize=None)
@@ -116,22 +152,52 @@ def reap(pid, wait_s: float = 0.0) -> bool:
         return False
 
 
+class InitReport:
+    """The ``--info-fd`` of a bwrap that makes a pid namespace: ``argv`` with it, the fd to
+    pass (``pass_fds``), and ``reap``, which reaps the init it names once bwrap has ended."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self._read, self._write = os.pipe()
+        self.argv = [argv[0], "--info-fd", str(self._write), *argv[1:]]
+        self.pass_fds = (self._write,)
+
+    def started(self) -> None:
+        """bwrap has started (or failed to): only it holds the writing end now."""
+        if self._write is not None:
+            os.close(self._write)
+            self._write = None
+
+    def reap(self, wait_s: float = 5.0) -> bool:
+        """Reap the init bwrap reported (``reap``: it exits within ``wait_s`` once bwrap is
+        gone); whether it did. False when bwrap made no namespace, or after the first call."""
+        self.started()
+        if self._read is None:
+            return False
+        try:
+            os.set_blocking(self._read, False)
+            return reap(int(json.loads(os.read(self._read, 65536))["child-pid"]), wait_s=wait_s)
+        except (OSError, ValueError, KeyError, TypeError):
+            return False  # bwrap made no namespace: nothing to reap
+        finally:
+            os.close(self._read)
+            self._read = None
+
+
+@contextlib.contextmanager
+def bwrap_init(argv: list[str]) -> Iterator[InitReport]:
+    """For a bwrap that makes a pid namespace and ends within the block (a probe, an image
+    build's apt-get), started with the report's ``argv`` and ``pass_fds``: adopted for the
+    block, its init reaped after it (bwrap leaves it unreaped as it exits)."""
+    report = InitReport(argv)
+    with adopting():
+        try:
+            yield report
+        finally:
+            report.reap()
+
+
 def run_bwrap(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
     """``subprocess.run(argv, **kwargs)`` of a bwrap that makes a pid namespace (a probe),
-    whose init bwrap leaves unreaped as it exits: adopted for the run and reaped after it,
-    its pid read from ``--info-fd``."""
-    info_r, info_w = os.pipe()
-    try:
-        with adopting():
-            try:
-                done = subprocess.run([argv[0], "--info-fd", str(info_w), *argv[1:]], pass_fds=(info_w,), **kwargs)
-            finally:
-                os.close(info_w)
-            os.set_blocking(info_r, False)
-            try:
-                reap(int(json.loads(os.read(info_r, 65536))["child-pid"]), wait_s=5)
-            except (OSError, ValueError, KeyError, TypeError):
-                pass  # bwrap made no namespace: nothing to reap
-    finally:
-        os.close(info_r)
-    return done
+    its init reaped after it (``bwrap_init``)."""
+    with bwrap_init(argv) as report:
+        return subprocess.run(report.argv, pass_fds=report.pass_fds, **kwargs)

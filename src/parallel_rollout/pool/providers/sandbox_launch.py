@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from ...errors import VMError
-from . import cgroups, sandbox_fs, sandbox_log, seccomp
+from . import cgroups, orphans, sandbox_fs, sandbox_log, seccomp
 from .common import create_time, log_tail
 from .sandbox_processes import KILL_WAIT_S, children, kill_sandbox, read_until
 
@@ -43,13 +43,17 @@ def launch(vm_id: str, vm_dir: Path, socket_path: Path, group: cgroups.VMCgroup,
     argv = argv_for(ready_w, info_w, listener.fileno())
     argv = [argv[0], "--seccomp", str(seccomp_fd), *argv[1:]]
     log_path = vm_dir / "agent.log"
+    orphans.hold()  # until kill_sandbox: the init bwrap leaves unreaped comes to us (orphans.py)
     try:
         # joins the cgroups before bwrap forks anything: the shell in front of it
         proc, logged = sandbox_log.start(argv, log_path, (ready_w, info_w, seccomp_fd, listener.fileno()),
                                          cgroup_procs=group.procs, nofile=nofile)
-    except OSError as exc:
+    except BaseException as exc:
+        orphans.release()
         for fd in (ready_r, ready_w, info_r, info_w):
             os.close(fd)
+        if not isinstance(exc, OSError):
+            raise
         raise VMError(f"VM {vm_id}: cannot start bwrap: {exc}") from exc
     finally:
         os.close(seccomp_fd)

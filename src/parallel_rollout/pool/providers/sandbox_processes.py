@@ -21,9 +21,11 @@ that exits with a boot under way (the pool's Manager after a shutdown, or follow
 runner, with no sweep to come) kills what it still runs first (``kill_all``, at exit).
 
 **Reaping.** The init is bwrap's child, and orphaned when bwrap dies first (a kill) or exits
-without waiting for it (the agent's exit): the owner is a child subreaper, so it comes to the
+without waiting for it (the agent's exit): the owner is a child subreaper while the sandbox
+lives and while it kills it (a hold from ``launch`` to ``kill_sandbox``), so it comes to the
 owner, which reaps it by pid once it has exited (``orphans.py``), not to a pid 1 that may
-never reap it (a container's).
+never reap it (a container's). An owner with no sandbox is none: other orphans of its
+descendants go to pid 1, as they would without it.
 
 **Killing.** A sandbox is bwrap (host pid ``pid``) and the init of its pid namespace
 (``init_pid``, reported on bwrap's ``--info-fd``). Both get SIGKILL; the kernel lets the init
@@ -80,7 +82,6 @@ class _Launcher:
         # multiprocessing's finalizers instead
         atexit.register(kill_all)
         multiprocessing.util.Finalize(None, kill_all, exitpriority=10)
-        orphans.adopt()  # the inits of the sandboxes it kills come to it (orphans.py)
         self._requests: queue.SimpleQueue = queue.SimpleQueue()
         thread = threading.Thread(target=self._loop, name="bwrap-launcher", daemon=True)
         thread.start()
@@ -175,6 +176,16 @@ def kill_sandbox(private: dict) -> None:
     # forgotten before it is killed: a death_cause asked meanwhile must not take the
     # pool's own kill for one from outside
     proc = children.pop(pid, None)
+    with orphans.adopting():  # the init, orphaned as bwrap dies, comes to us
+        try:
+            _kill(private, pid, init_pid, init_created, proc, unreported)
+        finally:
+            if proc is not None:
+                orphans.release()  # the hold the sandbox's launch took (sandbox_launch.py)
+
+
+def _kill(private: dict, pid, init_pid, init_created, proc: subprocess.Popen | None, unreported: bool) -> None:
+    """``kill_sandbox``'s kill and wait, and the init's reaping."""
     #: what must be gone before we return: (pid, start time, its pidfd or None)
     watched: list[tuple[int, float, int | None]] = []
     try:
