@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import tempfile
 from pathlib import Path
 
 from test_osworld_taskset import EXAMPLES, needs_set
@@ -68,6 +69,18 @@ def _tone(path: Path) -> str:
     return str(path)
 
 
+def _video(path: Path) -> str:
+    """Five grey frames, as an AVI file."""
+    import cv2
+    import numpy as np
+
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 5, (32, 32))
+    for shade in range(5):
+        writer.write(np.full((32, 32, 3), 40 * shade, dtype=np.uint8))
+    writer.release()
+    return str(path)
+
+
 def test_the_pairs_of_the_right_kinds_score(tmp_path):
     """What the kinds say works does: two workbooks, two text files, a value and a rule."""
     from parallel_rollout.envs.osworld.metrics import METRICS
@@ -106,9 +119,9 @@ def _real_rules() -> dict[str, object]:
 
 
 @needs_set
-def test_what_the_kinds_say_cannot_work_does_not_at_grading(tmp_path):
-    """Given a rule's object (or a list of paths, where it opens one) where it opens a file,
-    each metric scores nothing; given a path
+def test_what_the_kinds_say_cannot_work_does_not_at_grading(tmp_path, monkeypatch):
+    """Given a rule's object (or a list of paths, where it opens one) or a value (a command's
+    output) where it opens a file, each metric scores nothing; given a path
     where it reads a rule, each scores nothing; given a file's path where it compares a value,
     each scores the same whatever the file holds, and with no file there (it compares the path's text)."""
     from parallel_rollout.envs.osworld.metrics import METRICS
@@ -119,8 +132,8 @@ def test_what_the_kinds_say_cannot_work_does_not_at_grading(tmp_path):
     assert len(rules) > 50, len(rules)
     agents = tmp_path / "agents.txt"
     agents.write_text("the agent's output")
-    # a file metric's other file: compare_audios scores 1 when neither decodes (OSWorld's)
-    files = {"compare_audios": _tone(tmp_path / "mine.wav")}
+    # a file metric's other file: compare_audios and compare_videos score 1 when neither decodes (OSWorld's)
+    files = {"compare_audios": _tone(tmp_path / "mine.wav"), "compare_videos": _video(tmp_path / "mine.avi")}
     state = tmp_path / "state.txt"
     checked = 0
     for name, metric in sorted(METRICS.items()):
@@ -135,6 +148,10 @@ def test_what_the_kinds_say_cannot_work_does_not_at_grading(tmp_path):
             kind, call = kinds[name], calls[role]
             if kind == "file":
                 assert _nothing(call({"expected": "Total"})), (name, role)
+                # a value getter's, a command's output, read as a path from a folder of its own: a metric
+                # that makes the file (sqlite3's connect) or a folder beside it (compare_archive) makes it there
+                monkeypatch.chdir(Path(tempfile.mkdtemp(dir=tmp_path)))
+                assert _nothing(call("Total\n")), (name, role)
                 if role not in LIST_FILES.get(name, ()):  # a rule's list of paths: it opens one
                     assert _nothing(call([str(agents), str(agents)])), (name, role)
             elif kind == "rule":

@@ -18,8 +18,10 @@ Every metric of the registry has one kind for its result (:data:`RESULT_KINDS`) 
 its expected state (:data:`EXPECTED_KINDS`: None for a metric of one state, ``"either"`` with
 its reason in :data:`EITHER`). A rule's string given where a file is opened is a path on the
 host, opened there as OSWorld does, and loads (it scores when the file is there); a list of
-them loads only where the metric opens a list (:data:`LIST_FILES`). A value getter given
-where a file is opened is not refused (what some give is a path).
+them loads only where the metric opens a list (:data:`LIST_FILES`). A value getter
+(:data:`VALUE_GETTERS`: none gives a path on the host) given where a file is opened raised at
+every grading, and a rule getter given as the result of a metric that does not read its result
+as a rule scored the task's own text, the same whatever the agent did: both are refused.
 tests/test_osworld_state_kinds.py calls each metric with the kind it cannot read, and checks
 that the kinds cover every metric.
 """
@@ -31,12 +33,23 @@ from typing import Any
 from .rule_keys import RULE_GETTERS, RULE_SHAPES, kind_of
 
 __all__ = ["EITHER", "EXPECTED_KINDS", "FILE_GETTERS", "FILE_METRICS", "LIST_FILES", "RESULT_KINDS", "RULE_METRICS",
-           "pairing_problem"]
+           "VALUE_GETTERS", "pairing_problem"]
 
 #: the getters whose state is a local file's path (a list of them with ``multi``)
 FILE_GETTERS = frozenset({
     "vm_file", "cloud_file", "cache_file", "vlc_config", "vlc_playing_info", "vm_wallpaper", "gimp_config_file",
     "vscode_config", "pdf_from_url", "audio_in_slide", "background_image_in_slide", "googledrive_file"})
+
+#: the getters whose state is a value read from the VM or a page (a command's output, a URL,
+#: the accessibility tree, a profile's setting, a page's texts), never a local file's path
+VALUE_GETTERS = frozenset({
+    "accessibility_tree", "active_tab_html_parse", "active_tab_info", "active_tab_url_parse",
+    "active_url_from_accessTree", "bookmarks", "chrome_appearance_mode_ui", "chrome_font_size", "content_from_vm_file",
+    "cookie_data", "data_delete_automacally", "default_search_engine", "default_video_player", "enable_do_not_track",
+    "enable_safe_browsing", "find_installed_extension_name", "find_unpacked_extension_path",
+    "gotoRecreationPage_and_get_html_content", "history", "info_from_website", "list_directory", "new_startup_page",
+    "open_tabs_info", "page_info", "profile_name", "shortcuts_on_desktop", "url_dashPart", "url_path_parse",
+    "vm_command_error", "vm_command_line", "vm_screen_size", "vm_terminal_output", "vm_window_size"})
 
 #: the metrics that open both their states as files (the result's and the expected one's)
 FILE_METRICS = frozenset({
@@ -133,4 +146,10 @@ def pairing_problem(func: str, role: str, getter: dict) -> str | None:
                 f"give the one path, or a getter of the file (vm_file, cloud_file)")
     if reads in _READS and kind in FILE_GETTERS:
         return "it gives a file's local path, and the metric " + _READS[reads].format(role=role)
+    if reads == "file" and kind in VALUE_GETTERS:
+        return (f"it gives a value read from the VM (a command's output, a page's text), no file's path, and the "
+                f"metric opens its {role} state as a file: give a getter of the file (vm_file, cloud_file)")
+    if role == "result" and reads in ("file", "value") and kind in RULE_GETTERS:
+        return ("it gives the task's 'rules', the same whatever the agent did, and the metric reads its result "
+                "state as the agent's: give a getter of what the agent made (vm_file, vm_command_line)")
     return None
