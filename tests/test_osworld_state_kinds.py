@@ -102,12 +102,17 @@ def test_a_metric_that_takes_either_and_a_rules_path_load(tmp_path):
     """contains_page_break reads its rule's page count in a ``try``: a file there is ignored,
     and loads; a rule's string may be a path on the host, and loads where a file is opened, a
     list of them where the metric opens a list (compare_pdfs)."""
+    def pdf_lists(ev):  # a list of paths against the agent's list of as many (tests/test_osworld_file_lists.py)
+        mine = ev["result"]["path"]
+        ev["result"].update(multi=True, path=[mine, mine + ".2"], dest=["1.pdf", "2.pdf"], gives=[0, 1])
+        _set(ev, "expected", {"type": "rule", "rules": ["/srv/gold.pdf", "/srv/gold-2.pdf"]})
+
     def page_break(ev):
         ev.update(func="contains_page_break", expected=copy.deepcopy(_GOLD))
         ev.pop("options", None)  # compare_table's
     tasks = {"page-break-file": (TABLE, page_break),
              "table-rule-path": (TABLE, lambda ev: _set(ev, "expected", {"type": "rule", "rules": "/srv/gold.xlsx"})),
-             "pdfs-rule-paths": (PDFS, lambda ev: _set(ev, "expected", {"type": "rule", "rules": ["/srv/gold.pdf"]}))}
+             "pdfs-rule-paths": (PDFS, pdf_lists)}
     tasks.update({Path(source).stem: (source, lambda ev: None) for source, _, _ in MISTAKES.values()})
     done = run_cli("--data", str(changed_folder(tmp_path, tasks)), "--dry-run", *MODEL_AGENT)
     assert done.returncode == 0, said(done)

@@ -21,7 +21,11 @@ host, opened there as OSWorld does, and loads (it scores when the file is there)
 them loads only where the metric opens a list (:data:`LIST_FILES`). A value getter
 (:data:`VALUE_GETTERS`: none gives a path on the host) given where a file is opened raised at
 every grading, and a rule getter given as the result of a metric that does not read its result
-as a rule scored the task's own text, the same whatever the agent did: both are refused.
+as a rule scored the task's own text, the same whatever the agent did: both are refused. A
+file getter gives one path or a list (:func:`files_given`: ``multi`` picking several, a Drive
+getter's ``path_list``): a list where the metric opens one file raised, and one path where a
+metric pairs the files of two lists (:data:`LIST_FILES`) was paired a letter at a time with the
+other's files, or the list opened as one path: :func:`lists_problem` refuses the pair.
 tests/test_osworld_state_kinds.py calls each metric with the kind it cannot read, and checks
 that the kinds cover every metric.
 """
@@ -33,7 +37,8 @@ from typing import Any
 from .rule_keys import RULE_GETTERS, RULE_SHAPES, kind_of
 
 __all__ = ["EITHER", "EXPECTED_KINDS", "FILE_GETTERS", "FILE_METRICS", "LIST_FILES", "RESULT_KINDS", "RULE_METRICS",
-           "VALUE_GETTERS", "pairing_problem"]
+           "VALUE_GETTERS", "files_given", "lists_problem",
+           "pairing_problem"]
 
 #: the getters whose state is a local file's path (a list of them with ``multi``)
 FILE_GETTERS = frozenset({
@@ -126,6 +131,43 @@ LIST_FILES: dict[str, tuple[str, ...]] = {
     "compare_unique_train_records": ("expected",),  # [the gold file, the initial one]
 }
 
+#: the metrics of :data:`LIST_FILES` that read their expected state as a list alone, and what it lists
+_LIST_ONLY = {"compare_unique_train_records": "[the gold file, the initial one]"}
+
+
+def files_given(getter: dict) -> int | None:
+    """How many files' paths a file getter (or a rule's paths) hands its metric as a list, or
+    None when it hands one path (or gives no file)."""
+    kind = getter["type"]
+    if kind in ("vm_file", "cloud_file") and getter.get("multi"):
+        picked = getter.get("gives", [0])  # one index picked gives its path, not a list
+        return len(set(picked)) if isinstance(picked, list) and len(set(picked)) > 1 else None
+    if kind == "googledrive_file" and "query" not in getter and "path" not in getter:
+        return len(getter.get("query_list") or getter.get("path_list") or [])
+    if kind in RULE_GETTERS and isinstance(getter.get("rules"), list):
+        return len(getter["rules"])
+    return None
+
+
+def _said(count: int | None) -> str:
+    return "one file" if count is None else f"a list of {count} file{'' if count == 1 else 's'}"
+
+
+def lists_problem(func: str, result: Any, expected: Any) -> str | None:
+    """Why metric ``func`` cannot pair the files its two file getters give, or None: one path
+    against a list, or lists of two lengths, where it pairs each result file with its expected
+    one (compare_pdfs read a path's letters as its files, compare_image_list opened the list)."""
+    if not isinstance(result, dict) or not isinstance(expected, dict) or LIST_FILES.get(func) != (
+            "result", "expected") or not {result["type"], expected["type"]} <= FILE_GETTERS | set(RULE_GETTERS):
+        return None
+    mine, theirs = files_given(result), files_given(expected)
+    if mine != theirs:
+        return (f"its result getter {result['type']!r} gives {_said(mine)} and its expected getter "
+                f"{expected['type']!r} {_said(theirs)}, and the metric pairs each result file with its expected "
+                f"one: give both one file, or lists of as many ('multi' and its 'gives')")
+    return None
+
+
 _READS = {"rule": "reads its {role} state as a rule: give a 'rule' getter",
           "value": "compares its {role} state as a value, never opening it: give a getter of the value "
                    "(vm_command_line, content_from_vm_file)"}
@@ -144,6 +186,12 @@ def pairing_problem(func: str, role: str, getter: dict) -> str | None:
     if reads == "file" and kind in RULE_GETTERS and isinstance(rules, list) and role not in LIST_FILES.get(func, ()):
         return (f"it gives the task's 'rules', a list of paths, and the metric opens its {role} state as one file: "
                 f"give the one path, or a getter of the file (vm_file, cloud_file)")
+    if reads == "file" and kind in FILE_GETTERS and files_given(getter) and role not in LIST_FILES.get(func, ()):
+        return (f"it gives {_said(files_given(getter))}, and the metric opens its {role} state as one file: give "
+                f"it one ('gives' one index of its files)")
+    if func in _LIST_ONLY and role == "expected" and kind in FILE_GETTERS and files_given(getter) is None:
+        return (f"it gives one file, and the metric reads its expected state as a list, {_LIST_ONLY[func]}: give "
+                f"it both ('multi', and 'gives' [0, 1])")
     if reads in _READS and kind in FILE_GETTERS:
         return "it gives a file's local path, and the metric " + _READS[reads].format(role=role)
     if reads == "file" and kind in VALUE_GETTERS:
