@@ -76,8 +76,6 @@ class UnsendableAgent(Agent):
     (``StringMessagesAgent``)."""
 
     content: Any = object()
-    #: a batch run refuses model settings an agent does not say it honours
-    options = frozenset({"model", "base_url"})
 
     def reset(self, task) -> None:
         """Nothing to set up."""

@@ -154,3 +154,39 @@ def test_env_loops_that_would_share_a_workers_vm_are_refused_as_the_scheduler_is
                        "each worker owns exactly one VM of its own)"), message
     said = _cli_refusal(tmp_path, server.url, "--envs-per-worker", "2", mode="shell")
     assert "--envs-per-worker > 1 runs several env loops per worker that share VMs; add --use-vm-pool" in said, said
+
+
+@pytest.mark.parametrize("setting, flags, applies_to", [
+    ({"screen_width": 1280}, ("--screen-width", "1280"), "desktop modes (osworld)"),
+    ({"agent_cmd": "python my_agent.py"}, ("--agent-cmd", "python my_agent.py"), "the command agent"),
+    ({"vm_memory_mb": 2048}, ("--vm-memory-mb", "2048"), "modes that run in a VM"),
+], ids=["screen_width", "agent_cmd", "vm_memory_mb"])
+def test_a_setting_no_tag_uses_is_refused_as_the_scheduler_is_made(tmp_path, server, schedulers, setting, flags,
+                                                                   applies_to):
+    """A setting of a mode, agent or provider that none of the scheduler's tags runs (a
+    FrozenLake tag, no desktop, no VM; the openai agent): run() refuses it before it starts
+    (``--screen-width is not used by this run``), the scheduler ignored it and started."""
+    (name, _), = setting.items()
+    message = _refused(tmp_path, server, schedulers, **setting)
+    assert message == (f"RunConfig: {name} is not used by this scheduler's tags (mode gym): it only applies to "
+                       f"{applies_to}"), message
+    said = _cli_refusal(tmp_path, server.url, *flags)
+    assert f"{flags[0]} is not used by this run: it only applies to {applies_to}" in said, said
+
+
+def test_a_web_tag_on_a_provider_without_chromium_is_refused_as_the_scheduler_is_made(tmp_path, server, schedulers,
+                                                                                       monkeypatch):
+    """The process provider's sandboxes use this host's Chromium: without one, run() stops
+    before it starts (the web mode needs Chromium; tests/test_web.py), the scheduler started
+    its workers and every web episode failed."""
+    from parallel_rollout.envs.web import browser
+    from parallel_rollout.errors import ProviderUnavailable
+
+    monkeypatch.setattr(browser, "CHROMIUM", ("no-such-chromium",))
+    pages = tmp_path / "pages.jsonl"
+    pages.write_text(json.dumps({"id": "click", "mode": "web", "env": "click-button", "seed": 0}) + "\n")
+    config = rl_config(tmp_path, server, mode="web", data=str(pages), provider_name="process", envs_per_worker=1,
+                       num_rollouts=1)
+    with pytest.raises(ProviderUnavailable, match="the web mode needs Chromium.*no-such-chromium"):
+        schedulers(config, EnvManagerConfig(tags=["web"]))
+    assert not (tmp_path / "out").exists() and server.requests == []

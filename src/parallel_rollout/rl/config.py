@@ -16,7 +16,8 @@ group), else a mode's name, which stands for that mode with the run config's ``-
 The RunConfig a scheduler is given was made in Python, so nothing checked it the way ``run()``
 checks its settings: ``check_run_config`` does (each field's type, the ranges and combinations
 of ``config_checks.validate_ranges``, an agent that imports and can be made), and
-``check_agent_runs`` what run() checks of its agent, for each tag's mode; their errors say the
+``check_agent_runs`` what run() checks of its agent, for each tag's mode, and ``check_tags_use``
+the settings no tag's mode and agent uses, and each tag's guest; their errors say the
 RunConfig's fields, not the CLI's flags (``said_of``).
 """
 
@@ -271,12 +272,61 @@ def said_of(run_config: RunConfig, error: ConfigError) -> ConfigError:
     """``error`` of a check ``run()`` makes, said of the trainer's RunConfig: its CLI flags as
     the fields it set (``as_called``: ``--tool-calls`` as ``tool_calls=True``, ``--agent
     openai`` as ``agent='openai'``), after ``RunConfig: ``."""
-    from ..call_spelling import SETTING_TYPES, as_called
+    from ..call_spelling import as_called
+
+    return ConfigError(f"RunConfig: {as_called(str(error), given_settings(run_config))}")
+
+
+def given_settings(run_config: RunConfig) -> dict[str, Any]:
+    """The settings the trainer gave its RunConfig: those it holds other than their defaults
+    (a RunConfig made in Python has no ``explicit``, which a run's flags and files fill)."""
+    from ..call_spelling import SETTING_TYPES
 
     defaults = RunConfig()
-    given = {name: getattr(run_config, name) for name in SETTING_TYPES
-             if getattr(run_config, name) != getattr(defaults, name)}
-    return ConfigError(f"RunConfig: {as_called(str(error), given)}")
+    return {name: getattr(run_config, name) for name in SETTING_TYPES
+            if getattr(run_config, name) != getattr(defaults, name)}
+
+
+def check_tags_use(run_config: RunConfig, task_sets: list[TaskSet]) -> None:
+    """What ``run()`` refuses before it starts, of the modes the tags run on the run's
+    provider: a setting the trainer gave that no tag's mode and agent uses (``screen_width``
+    with only shell tags, ``agent_cmd`` with the openai agent, ``vm_memory_mb`` with no mode
+    in a VM: ``honoured``), a ConfigError in the RunConfig's words; a guest without what its
+    mode needs (``Env.check_guest``: web's Chromium for the process provider),
+    ProviderUnavailable. Each was ignored, or failed every episode once the workers started."""
+    from ..agents import get_agent
+    from ..envs import get_env
+    from ..honoured import check_honoured, setting_users
+
+    agent_cls = get_agent(run_config.agent)
+    users: dict[str, tuple[str, frozenset[str]]] = {}
+    modes = list(dict.fromkeys(task_set.mode for task_set in task_sets))
+    for mode in modes:
+        env_cls = get_env(mode)
+        provider = _provider_name(run_config) if env_cls.needs_vm() else None
+        for name, (needed_by, used) in setting_users(env_cls, agent_cls, provider).items():
+            users[name] = (needed_by, users.get(name, (needed_by, frozenset()))[1] | used)
+        check_guest = getattr(env_cls, "check_guest", None)  # web: Chromium where it is known
+        if check_guest is not None and provider is not None:
+            check_guest(provider)
+    # a field set to None (or nothing) sets nothing: ``model=None`` for the command agent
+    set_to = {name for name, value in given_settings(run_config).items() if value not in (None, "", ())}
+    given = dataclasses.replace(run_config, explicit=frozenset(set_to))
+    try:
+        check_honoured(given, users, run=f"this scheduler's tags (mode {', '.join(modes)})")
+    except ConfigError as exc:
+        raise said_of(run_config, exc) from None
+
+
+def _provider_name(run_config: RunConfig) -> str:
+    """The name of the provider of the run's VMs; its own setting's when it names no provider
+    (the engine's start says so, with the provider's other checks)."""
+    from ..pool.providers import run_provider
+
+    try:
+        return run_provider(run_config).name or run_config.provider_name
+    except ConfigError:
+        return run_config.provider_name
 
 
 def check_agent_runs(run_config: RunConfig, task_sets: list[TaskSet]) -> None:
@@ -325,13 +375,16 @@ def whole_ratio(ratio: Any) -> int:
 def load_tags(tags: list[str], env_config: EnvManagerConfig, run_config: RunConfig,
               own_engine: bool = True) -> dict[str, list[Any]]:
     """Each tag's tasks, checked by its mode's ``prepare_run`` (rag builds its index once
-    here, before any worker needs it) as the batch runner does, after the agent's checks of
+    here, before any worker needs it) as the batch runner does, after the settings no tag
+    uses and the guests (``check_tags_use``), the agent's checks of
     every tag's mode (``check_agent_runs``) and, where one runs in a VM, that the worker's env
     loops do not share one (``check_vm_sharing``; a sibling's, ``own_engine`` False, were its
     maker's: whether that engine has VMs of its modes is ``Shared.check_sibling``'s)."""
     from ..envs import get_env
 
     task_sets = {tag: resolve_task_set(tag, env_config, run_config.mode, run_config.data) for tag in tags}
+    if own_engine:  # a sibling's RunConfig and guests are its maker's, checked as it was made
+        check_tags_use(run_config, list(task_sets.values()))
     check_agent_runs(run_config, list(task_sets.values()))
     loops = env_config.max_env_num_per_worker
     try:  # the engine's env loops per worker: EnvManagerConfig's, else the RunConfig's
