@@ -9,11 +9,14 @@ default ``~/.cache/parallel-rollout/osworld``). Every
 step has a bounded wait; a failing step raises :class:`SetupError` naming the task, the
 step's index and its type. A step's parameter read as a flag (:data:`FLAGS`: ``shell``,
 ``strict``) given a string other than "true" is refused at load: the string reads as true,
-``"shell": "false"`` ran the command in a shell, as OSWorld's own controller does.
+``"shell": "false"`` ran the command in a shell, as OSWorld's own controller does; so is a
+parameter the step does not read (``"shel": true`` was ignored, the command run without a
+shell) or one it needs that is missing, which failed only as the step ran.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from pathlib import Path
@@ -21,7 +24,7 @@ from typing import Any
 
 from .account_steps import STEPS as ACCOUNT_STEPS
 from .browser_steps import STEPS as BROWSER_STEPS
-from .rule_keys import flag_problem
+from .rule_keys import flag_problem, unread_hint
 # SetupError and cache_root are read here as setup.X by the env and the tests
 from .sources import SetupError, SourceMissing, cache_root, local_source  # noqa: F401
 
@@ -47,8 +50,8 @@ ITEM_FLAGS: dict[tuple[str, str], tuple[str, ...]] = {("googledrive", "args"): (
 
 
 def check_steps(steps: Any, where: str) -> None:
-    """ValueError naming the first unsupported or malformed step, or a string other than
-    "true" given to a parameter read as a flag."""
+    """ValueError naming the first unsupported or malformed step: a parameter it does not
+    read or one it needs missing, or a string other than "true" given to one read as a flag."""
     if not isinstance(steps, list):
         raise ValueError(f"{where} must be a list of steps")
     for index, step in enumerate(steps, start=1):
@@ -58,9 +61,21 @@ def check_steps(steps: Any, where: str) -> None:
             raise ValueError(f"{where} step {index}: unsupported step type {step['type']!r}")
         if not isinstance(step.get("parameters", {}), dict):
             raise ValueError(f"{where} step {index}: 'parameters' must be an object")
-        problem = _flags_problem(step["type"], step.get("parameters") or {})
+        params = step.get("parameters") or {}
+        problem = _parameters_problem(step["type"], params) or _flags_problem(step["type"], params)
         if problem:
             raise ValueError(f"{where} step {index} ({step['type']}): {problem}")
+
+
+def _parameters_problem(kind: str, params: dict) -> str | None:
+    """A parameter of a step that its function does not take, or one it needs that is missing."""
+    taken = list(inspect.signature(STEPS[kind]).parameters.values())[1:]  # after the env
+    names = [parameter.name for parameter in taken]
+    for key in params:
+        if key not in names:
+            return f"has the parameter {key!r}, which the step does not read ({unread_hint(key, names)})"
+    missing = [p.name for p in taken if p.default is p.empty and p.name not in params]
+    return f"needs the parameter {missing[0]!r}" if missing else None
 
 
 def _flags_problem(kind: str, params: dict) -> str | None:
@@ -115,7 +130,7 @@ def run_steps(env, steps: list[dict], what: str) -> None:
 
 
 def _execute(env, command, shell: bool = False, stdout: str = "", stderr: str = "",
-             until: dict | None = None, timeout: float = 120.0, **_ignored) -> None:
+             until: dict | None = None, timeout: float = 120.0) -> None:
     command = substitute(command, env.placeholders)
     deadline = time.monotonic() + float(timeout)
     while True:
