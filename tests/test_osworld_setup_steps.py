@@ -29,3 +29,16 @@ def test_execute_keeps_its_output_for_the_cache_file_getter(agent, tmp_path):  #
     assert "COMPANY.msf" in open(listing).read()
     errors = GETTERS["cache_file"](env, {"type": "cache_file", "path": "errors.txt"})
     assert "No such file" in open(errors).read()
+
+
+def test_execute_runs_until_one_of_its_conditions_holds(agent, tmp_path):  # noqa: F811
+    """As OSWorld's ``_execute_setup`` (its conditions joined by ``or``): the command's exit
+    status 0 ends the wait though its output never shows the text also waited for."""
+    client, home = agent
+    count = home / "runs.txt"
+    env = SimpleNamespace(task=Task(id="t1", mode="osworld", payload={}), vm=client,
+                          cache_dir=str(tmp_path / "attempt"), placeholders={})
+    steps.run_steps(env, [{"type": "execute", "parameters": {
+        "command": f"echo run >> {count}", "shell": True, "timeout": 5,
+        "until": {"returncode": 0, "stdout": "never printed"}}}], "config")
+    assert count.read_text().splitlines() == ["run"]

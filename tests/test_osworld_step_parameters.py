@@ -2,7 +2,8 @@
 is missing (envs/osworld/setup.py's check_steps, against each step's own parameters): an
 ``execute``'s ``"shel": true`` was ignored and the command ran without a shell, an ``open``
 without its ``path`` failed only as the step ran, after the VM was leased and the earlier
-steps done. The folder is refused as it loads (the dry run, exit 2), naming the file, the
+steps done; an ``execute``'s ``until`` key other than ``returncode``, ``stdout`` or
+``stderr`` (a condition never met). The folder is refused as it loads (the dry run, exit 2), naming the file, the
 step's number and type, the parameter and the nearest one the step reads."""
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ MISTAKES = {
                         "mean 'command'?)"),
     "activate-window-no-name": (ACTIVATE, lambda task: task["evaluator"]["postconfig"][0]["parameters"].pop(
         "window_name"), "evaluator postconfig step 1 (activate_window): needs the parameter 'window_name'"),
+    "execute-until-returncod": (EXECUTE, lambda task: task["config"][0]["parameters"].update(until={"returncod": 0}),
+                                "config step 1 (execute): has the key 'returncod' in 'until', which the step does not "
+                                "read (did you mean 'returncode'?)"),
     "login-settings": (DRIVE, _rename("config", 4, "settings_file", "settings"),
                        "config step 5 (login): has the parameter 'settings', which the step does not read (did you "
                        "mean 'settings_file'?)"),

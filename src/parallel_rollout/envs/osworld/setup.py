@@ -75,7 +75,16 @@ def _parameters_problem(kind: str, params: dict) -> str | None:
         if key not in names:
             return f"has the parameter {key!r}, which the step does not read ({unread_hint(key, names)})"
     missing = [p.name for p in taken if p.default is p.empty and p.name not in params]
-    return f"needs the parameter {missing[0]!r}" if missing else None
+    if missing:
+        return f"needs the parameter {missing[0]!r}"
+    until = params.get("until") if STEPS[kind] is _execute else None
+    if until is not None and not isinstance(until, dict):
+        return f"has 'until' {until!r}: give an object of {', '.join(map(repr, UNTIL_KEYS))} to wait for"
+    for key in until or ():
+        if key not in UNTIL_KEYS:  # never met: the step would wait out its timeout
+            return f"has the key {key!r} in 'until', which the step does not read " \
+                   f"({unread_hint(key, list(UNTIL_KEYS))})"
+    return None
 
 
 def _flags_problem(kind: str, params: dict) -> str | None:
@@ -147,14 +156,16 @@ def _execute(env, command, shell: bool = False, stdout: str = "", stderr: str = 
             (folder / name).write_text(result.get(key) or "", encoding="utf-8")
 
 
+#: what an ``execute`` step's ``until`` may wait for: its command's exit status, or a text in its output
+UNTIL_KEYS = ("returncode", "stdout", "stderr")
+
+
 def _until_holds(result: dict, until: dict) -> bool:
-    if "returncode" in until and result.get("returncode") != until["returncode"]:
-        return False
-    if "stdout" in until and until["stdout"] not in (result.get("output") or ""):
-        return False
-    if "stderr" in until and until["stderr"] not in (result.get("error") or ""):
-        return False
-    return True
+    """Whether one of ``until``'s conditions holds, as OSWorld's ``_execute_setup`` stops at
+    the first (its conditions joined by ``or``)."""
+    return ("returncode" in until and result.get("returncode") == until["returncode"]
+            or "stdout" in until and until["stdout"] in (result.get("output") or "")
+            or "stderr" in until and until["stderr"] in (result.get("error") or ""))
 
 
 def _launch(env, command, shell: bool = False) -> None:
