@@ -139,7 +139,9 @@ class RunConfig:
     #: RL schedulers, for a model server that keeps decoding after its client hangs up: on an
     #: abort the agent also POSTs {"request_id": id, "rid": id} (the stream's id; SGLang's
     #: /abort_request reads "rid") to this URL; a path ("/abort_request") is on the server
-    #: the request went to, so each of several servers is told of its own requests
+    #: the request went to, so each of several servers is told of its own requests. A cancel
+    #: without a scheduler's gate tells it too, of a request answered whole: the id it sent
+    #: (stream_abort.named)
     abort_url: str | None = None
     #: the openai agent, token in / token out: a local Hugging Face tokenizer folder
     #: (tokenizer.json, tokenizer_config.json with the chat template); the agent keeps the

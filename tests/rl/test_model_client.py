@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from held_replies import wait_until
 from llm_server import lake_tool_solver, llm_server  # noqa: F401 - fixture
 from parallel_rollout.agents import LengthCut, ModelClient
 from parallel_rollout.agents.base import Agent
@@ -141,20 +142,11 @@ def test_a_request_cancelled_while_it_waited_at_a_suspended_gate_is_not_counted(
         server = llm_server(script=[{"reply": "never"}])
         client = _client(server, policy_gate=gate.path, policy_gate_key=gate.key)
         gate.suspend()
-        raised: list = []
-
-        def ask():
-            try:
-                client.chat([{"role": "user", "content": "go"}])
-            except AttemptCancelled as exc:
-                raised.append(exc)
-
-        thread = threading.Thread(target=ask, daemon=True)
-        thread.start()
+        thread, raised = _chat_in_thread(client)
         time.sleep(0.3)  # waiting at the gate
         client.abort()
         thread.join(5)
-        assert raised and server.requests == []
+        assert raised and isinstance(raised[0], AttemptCancelled) and server.requests == []
         assert client.usage()["requests"] == 0 and client.usage()["retries"] == 0
     finally:
         gate.close()
@@ -181,6 +173,20 @@ def test_a_cancel_without_a_gate_ends_the_request_at_the_server(llm_server):
     reply comes, nor retried as a broken connection."""
     server = llm_server(script=[{"reply": "late", "queue_s": 30}])
     client = _client(server)
+    thread, raised = _chat_in_thread(client)
+    wait_until(lambda: server.requests)  # at the server, its reply queued
+    started = time.monotonic()
+    client.abort()
+    thread.join(5)
+    assert raised and isinstance(raised[0], AttemptCancelled), raised
+    assert time.monotonic() - started < 2, "the call waited for the reply"
+    wait_until(lambda: server.aborts, timeout=2)  # the server's request ended
+    assert server.aborts[0]["request"] == 0 and len(server.requests) == 1
+    assert client.usage()["requests"] == 1 and client.usage()["retries"] == 0
+
+
+def _chat_in_thread(client: ModelClient) -> tuple[threading.Thread, list]:
+    """A thread making one chat call with ``client``, started; the list gets what it raised."""
     raised: list = []
 
     def ask():
@@ -191,21 +197,7 @@ def test_a_cancel_without_a_gate_ends_the_request_at_the_server(llm_server):
 
     thread = threading.Thread(target=ask, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.requests:  # at the server, its reply queued
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    started = time.monotonic()
-    client.abort()
-    thread.join(5)
-    assert raised and isinstance(raised[0], AttemptCancelled), raised
-    assert time.monotonic() - started < 2, "the call waited for the reply"
-    deadline = time.monotonic() + 2
-    while not server.aborts:
-        assert time.monotonic() < deadline, "the server's request went on"
-        time.sleep(0.01)
-    assert server.aborts[0]["request"] == 0 and len(server.requests) == 1
-    assert client.usage()["requests"] == 1 and client.usage()["retries"] == 0
+    return thread, raised
 
 
 def _client(server, **changes) -> ModelClient:
@@ -283,3 +275,23 @@ def test_a_plugin_agents_default_abort_ends_its_request_at_the_server(llm_server
             time.sleep(0.01)
     finally:
         gate.close()
+
+
+def test_a_cancel_without_a_gate_tells_the_abort_url_the_requests_id(llm_server):
+    """abort_url with no policy gate (a cancel outside an RL scheduler, a plugin agent's own
+    timeout): the request is answered whole, with no stream whose first chunk names it, and
+    abort() only closed its connection; a server that keeps decoding after its client hangs
+    up (what abort_url is for) was never told. The request carries an id of its own (``rid``,
+    SGLang's, and ``request_id``), which the abort POSTs there, as a gated request's does."""
+    told: list = []
+    server = llm_server(script=[{"reply": "late", "queue_s": 30}],
+                        routes={"/v1/abort": lambda body: told.append(body) or {}})
+    client = _client(server, abort_url=server.url + "/abort")
+    thread, raised = _chat_in_thread(client)
+    wait_until(lambda: server.requests)  # at the server, its reply queued
+    client.abort()
+    thread.join(5)
+    wait_until(lambda: told, timeout=5)  # the abort_url was told
+    body = server.requests[0]["body"]
+    assert raised and isinstance(raised[0], AttemptCancelled), raised
+    assert told == [{"request_id": body["rid"], "rid": body["rid"]}] and body["request_id"] == body["rid"], told

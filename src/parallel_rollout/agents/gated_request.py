@@ -60,8 +60,7 @@ class GatedRequests:
         called as the request leaves (never for one cancelled at the gate)."""
         import openai
 
-        abortable = stream_abort.Abortable(stream_abort.abort_endpoint(getattr(self.config, "abort_url", None),
-                                                                       base_url), self._sockets)
+        abortable = stream_abort.abortable(self.config, base_url, self._sockets)
         self._abortable = abortable
         if cancelled():  # after the abortable is known: a cancel sees it, or is seen here
             self._abortable = None

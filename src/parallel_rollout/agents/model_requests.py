@@ -270,8 +270,10 @@ class ModelRequests:
         policy version) is a ``streaming.Partial`` (gated_request.py). The gate's "abort" (a
         weight update) or ``abort()`` (a cancel) closes the stream: ``streaming.Aborted``."""
         if self._gate is None:
-            # a cancel shuts its connection (the server stops working on it), even before it connects
-            abortable = stream_abort.Abortable(None, self._sockets)
+            # a cancel shuts its connection (the server stops working on it), even before it
+            # connects, and tells the abort_url, if any, the id the request carries (``named``)
+            abortable = stream_abort.abortable(self.config, self.base_url, self._sockets)
+            request = stream_abort.named(request, abortable)
             if self._cancelled:  # after the abortable is known: a cancel sees it, or is seen here
                 raise AttemptCancelled("the episode was cancelled")
             self._sent()
@@ -281,6 +283,8 @@ class ModelRequests:
                 if abortable.aborted:  # the connection it broke is no failure of the endpoint's
                     raise AttemptCancelled("the episode was cancelled during a model request") from None
                 raise
+            finally:
+                self._sockets.current = None  # answered: a later cancel has no request of its to abort
         return self._gate.send(self.wire, client, request, partial, base_url=self.base_url, key=self._key,
                                turn=self._turn, cancelled=lambda: self._cancelled, sent=self._sent)
 

@@ -2,7 +2,7 @@
 gate, or, without one, answered whole, whose connection a cancel shuts): its kill switch
 (``Abortable``), the client's sockets an abort shuts before a response has come
 (``Sockets``), and the server's abort endpoint for one that must be told (``abort_url``,
-``abort_endpoint``). What a stream is, and what an aborted one leaves: ``agents.streaming``.
+``abort_endpoint``; a request answered whole is told by an id of its own, ``named``). What a stream is, and what an aborted one leaves: ``agents.streaming``.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import json
 import logging
 import socket
 import threading
+import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -123,6 +124,26 @@ class Abortable:
         self._told = True
         threading.Thread(target=_post_abort, args=(self.abort_url, self.request_id), name="abort-url",
                          daemon=True).start()
+
+
+def abortable(config: Any, base_url: str, sockets: Sockets) -> Abortable:
+    """The kill switch of one request to ``base_url`` by a client of ``config``, whose abort is
+    also POSTed to its ``abort_url`` (``abort_endpoint``) when it has one."""
+    return Abortable(abort_endpoint(getattr(config, "abort_url", None), base_url), sockets)
+
+
+def named(request: dict[str, Any], abortable: Abortable) -> dict[str, Any]:
+    """``request`` with an id of its own when ``abortable`` has an abort_url to tell: a request
+    answered whole has no stream whose first chunk names it. The id goes in the body as
+    ``rid`` (SGLang's, which its /abort_request reads) and ``request_id`` (vLLM's); one the
+    run's ``extra_body`` gives is kept."""
+    if abortable.abort_url is None:
+        return request
+    extra = dict(request.get("extra_body") or {})
+    rid = extra.setdefault("rid", f"rollout-{uuid.uuid4().hex}")
+    extra.setdefault("request_id", rid)
+    abortable.identify(rid)
+    return {**request, "extra_body": extra}
 
 
 def abort_endpoint(abort_url: str | None, base_url: str) -> str | None:
