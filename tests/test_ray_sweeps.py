@@ -116,7 +116,7 @@ def test_the_head_node_lost_during_the_first_sweep_stops_the_run_with_its_summar
     with own_ray_tmp("pr-hsw-") as ray_tmp:
         fifo = _stuck_sweep(tmp_path / "stuck", "startless")
         env = dict(os.environ, RAY_TMPDIR=str(ray_tmp))
-        cluster_proc = subprocess.Popen([sys.executable, "-c", _HEAD_AND_NODE], stdin=subprocess.PIPE,
+        cluster_proc = subprocess.Popen([sys.executable, "-c", _HEAD_AND_NODE, "{}"], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, text=True, env={**env, _ENV: str(fifo.parents[2])})
         writer = None
         try:
@@ -188,7 +188,7 @@ def _stuck_cluster(prefix: str, run_id: str, at_start: bool = True):
             fifo = ray_tmp / "stuck" / run_id / "vm0" / "meta.json"
             fifo.parents[2].mkdir()
         env = dict(os.environ, RAY_TMPDIR=str(ray_tmp))
-        cluster_proc = subprocess.Popen([sys.executable, "-c", _HEAD_AND_NODE], stdin=subprocess.PIPE,
+        cluster_proc = subprocess.Popen([sys.executable, "-c", _HEAD_AND_NODE, "{}"], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, text=True, env={**env, _ENV: str(fifo.parents[2])})
         try:
             said = json.loads(cluster_proc.stdout.readline() or "{}")
