@@ -93,6 +93,8 @@ class PolicyGate:
         self._closed = False
         self.version = version
         self._in_flight: set[int] = set()
+        #: requests held at ``begin`` while the gate is suspended
+        self._waiting = 0
         self._aborted: set[int] = set()
         #: connection id -> (its socket, the key of its request in flight)
         self._peers: dict[int, tuple[socket.socket, str | None]] = {}
@@ -136,6 +138,12 @@ class PolicyGate:
         """Model requests between begin and end right now."""
         with self._cond:
             return len(self._in_flight)
+
+    @property
+    def waiting(self) -> int:
+        """Model requests held at the gate right now (it is suspended), not yet let through."""
+        with self._cond:
+            return self._waiting
 
     @property
     def is_open(self) -> bool:
@@ -310,7 +318,11 @@ class PolicyGate:
                 command, _, key = line.strip().partition(" ")
                 if command == "begin":
                     with self._cond:
-                        self._cond.wait_for(lambda: self._open or self._closed)
+                        self._waiting += 1
+                        try:
+                            self._cond.wait_for(lambda: self._open or self._closed)
+                        finally:
+                            self._waiting -= 1
                         if self._closed:
                             return
                         if _hung_up(conn):  # cancelled while it waited: no request starts

@@ -210,7 +210,7 @@ def test_a_cancel_ends_a_request_waiting_at_a_suspended_gate(gate, llm_server):
 
     thread = threading.Thread(target=act, daemon=True)
     thread.start()
-    time.sleep(0.3)  # parked at the gate
+    wait_until(lambda: gate.waiting == 1)  # parked at the gate
     assert thread.is_alive() and len(server.requests) == 1
     started = time.monotonic()
     agent.abort()

@@ -143,7 +143,7 @@ def test_a_request_cancelled_while_it_waited_at_a_suspended_gate_is_not_counted(
         client = _client(server, policy_gate=gate.path, policy_gate_key=gate.key)
         gate.suspend()
         thread, raised = _chat_in_thread(client)
-        time.sleep(0.3)  # waiting at the gate
+        wait_until(lambda: gate.waiting == 1)  # held at the gate
         client.abort()
         thread.join(5)
         assert raised and isinstance(raised[0], AttemptCancelled) and server.requests == []
