@@ -23,8 +23,8 @@ import pytest
 
 from conftest import ROOT, child_cgroup, limited_cgroup
 from parallel_rollout.envs.math import grade
-from parallel_rollout.envs.math_grader import (MEMORY_LIMIT_MB, GraderDied, close_graders, death_verdict,
-                                               grader_pids)
+from parallel_rollout.envs.math_grader import MEMORY_LIMIT_MB, close_graders, grader_pids
+from parallel_rollout.envs.math_grader_deaths import GraderDied, death_verdict
 from parallel_rollout.errors import GraderKilled
 
 pytest.importorskip("math_verify")
@@ -342,7 +342,7 @@ def test_a_grader_s_oom_count_is_read_from_the_nearest_cgroup_with_the_memory_co
     import builtins
     import io
 
-    from parallel_rollout.envs import math_grader
+    from parallel_rollout.envs import math_grader_deaths
 
     files = {"/proc/123/cgroup": "0::/run.slice/parallel-rollout-workers/123\n",
              "/sys/fs/cgroup/run.slice/memory.events": "low 0\nhigh 0\nmax 3\noom 1\noom_kill 2\n"}
@@ -354,6 +354,6 @@ def test_a_grader_s_oom_count_is_read_from_the_nearest_cgroup_with_the_memory_co
             raise FileNotFoundError(name)
         return builtins.open(name, *args, **kwargs)
 
-    monkeypatch.setattr(math_grader, "open", fake_open, raising=False)
-    assert math_grader.oom_file(123) == "/sys/fs/cgroup/run.slice/memory.events"
-    assert math_grader.oom_kills(math_grader.oom_file(123)) == 2
+    monkeypatch.setattr(math_grader_deaths, "open", fake_open, raising=False)
+    assert math_grader_deaths.oom_file(123) == "/sys/fs/cgroup/run.slice/memory.events"
+    assert math_grader_deaths.oom_kills(math_grader_deaths.oom_file(123)) == 2
