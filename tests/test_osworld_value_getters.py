@@ -68,3 +68,14 @@ def test_each_getter_gives_a_file_a_rule_or_a_value():
     kinds = (FILE_GETTERS, frozenset(RULE_GETTERS), VALUE_GETTERS)
     assert frozenset().union(*kinds) == set(GETTERS), set(GETTERS) ^ frozenset().union(*kinds)
     assert sum(len(kind) for kind in kinds) == len(GETTERS)  # no getter in two
+
+
+def test_each_metric_reading_its_result_as_a_rule_has_its_rules_keys_checked_at_load():
+    """A rule reaches a metric as its result only where the metric reads its result as a rule
+    (the load refuses it elsewhere), and grading hands it over as the task file gives it (only
+    the expected rule is wrapped to raise MalformedRule): so each such metric's keys must be
+    the load's to check (rule_keys.RESULT_RULE_SHAPES), is_in_vm_clickboard's 'expected'."""
+    from parallel_rollout.envs.osworld.rule_keys import RESULT_RULE_SHAPES
+    from parallel_rollout.envs.osworld.state_kinds import RESULT_KINDS
+
+    assert {func for func, kind in RESULT_KINDS.items() if kind == "rule"} == set(RESULT_RULE_SHAPES)
