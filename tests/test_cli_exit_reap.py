@@ -153,3 +153,16 @@ def test_an_image_builds_apt_get_step_leaves_no_zombie_under_a_pid_1_that_reaps_
     (tmp_path / "apt_step.py").write_text(APT_STEP)
     said = under_a_pid_1_that_reaps_nothing(tmp_path, [sys.executable, str(tmp_path / "apt_step.py"), str(tmp_path)])
     assert said["zombies"] == 0, said
+
+
+def test_a_math_run_leaves_no_grader_zombie_under_a_pid_1_that_reaps_nothing(tmp_path):
+    """Each worker grades in a math grader process of its own, kept between gradings; a worker
+    ends as a multiprocessing child, which runs no atexit hook, so its idle grader outlived it
+    and went to pid 1: a zombie per worker, per run."""
+    data = write_tasks(tmp_path / "math.jsonl", [
+        {"id": f"m{i}", "mode": "math", "problem": f"{i}+1", "answer": str(i + 1)} for i in range(4)])
+    said = under_a_pid_1_that_reaps_nothing(tmp_path, [
+        sys.executable, str(ROOT / "run_parallel_rollout.py"), "--mode", "math", "--data", str(data),
+        "--output-dir", str(tmp_path / "out"), "--no-progress", "--num-rollouts", "2"])
+    assert said["zombies"] == 0, said
+    assert (tmp_path / "out").is_dir()

@@ -21,8 +21,9 @@ have children. A grader is started with ``subprocess`` (vfork + exec: no code of
 threaded parent runs in the child), is single-threaded itself, and serves many gradings.
 
 Graders are per process (one per env loop that grades at once, reused), follow their
-parent (its end closes their stdin and they exit; a worker's process-tree kill takes them
-too), and bound each grading's CPU time themselves, so a grader orphaned mid-grading dies
+parent (its exit closes and reaps them, a worker's too, so that none is left to a pid 1 that
+reaps nothing; its death closes their stdin and they exit; a worker's process-tree kill takes
+them too), and bound each grading's CPU time themselves, so a grader orphaned mid-grading dies
 within ``CPU_LIMIT_S``. When math-verify is missing, every grading says how to install it.
 
 Whose doing a grader's death is: ``math_grader_deaths``.
@@ -33,6 +34,7 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import multiprocessing.util
 import os
 import resource
 import signal
@@ -331,6 +333,8 @@ class GraderPool:
         self._idle: list[Grader] = []
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        #: the process whose exit closes the idle graders (atexit and multiprocessing's finalizer)
+        self._closer: int | None = None
 
     def grade(self, expected: str, extracted: str, timeout_s: float) -> dict[str, Any]:
         """One grading on an idle grader; ``{"reason": "timeout"}`` past ``timeout_s``."""
@@ -359,6 +363,12 @@ class GraderPool:
         with self._lock:
             if os.getpid() != self._pid:  # a forked copy of this process: not its graders
                 self._idle, self._pid = [], os.getpid()
+            if self._closer != self._pid:
+                # a worker ends as a multiprocessing child, which runs its finalizers, not
+                # atexit: its idle graders would outlive it, their zombies left to a pid 1
+                # that may reap nothing (a container's); a finalizer is of its own process
+                multiprocessing.util.Finalize(None, self.close, exitpriority=10)
+                self._closer = self._pid
             while self._idle:
                 grader = self._idle.pop()
                 if grader.alive():
