@@ -199,6 +199,20 @@ PYTHON_ROWS["rig_check_python_env_empty_home_module"] = (PYTHON_ROWS["rig_check_
                                                          False)
 PYTHON_ROWS["rig_check_python_env_empty_usercustomize"] = ([USERCUSTOMIZE], env_empty('"python3", "-c", "import sys; sys.exit(3)"'),
                                                            False)
+#: a check's python that runs python with an environment of its own (env={} or env={"HOME": home},
+#: bash's `exec -c`) has no PYTHONNOUSERSITE: `site` ran the answer's .pth of the user site of the
+#: graded home (`import os; os._exit(0)`) before the sitecustomize.py front could start it again; the
+#: front in python's encodings (pool/providers/python_front.py) starts it again before `site`
+USER_PTH = USERCUSTOMIZE.replace("\\nos._exit(0)\\n' > $d/usercustomize.py", "; os._exit(0)\\n' > $d/pr-hostile.pth")
+PYTHON_ROWS["rig_check_python_env_empty_pth"] = ([USER_PTH], env_empty('"python3", "-c", "import sys; sys.exit(3)"'), False)
+PYTHON_ROWS["rig_check_python_sys_executable_env_empty_pth"] = ([USER_PTH], env_empty('sys.executable, "-c", "import sys; sys.exit(3)"'),
+                                                                 False)
+PYTHON_ROWS["rig_check_python_home_given_pth"] = ([USER_PTH], "python3 -c 'import os, subprocess, sys; sys.exit(subprocess.run("
+                                                              "[\"python3\", \"-c\", \"import sys; sys.exit(3)\"],"
+                                                              " env={\"HOME\": os.environ[\"HOME\"]}).returncode)'", False)
+PYTHON_ROWS["rig_check_python_exec_c_pth"] = ([USER_PTH], "bash -c 'exec -c python3 -c \"import sys; sys.exit(3)\"'", False)
+PYTHON_ROWS["rig_check_python_versioned_exec_c_pth"] = ([USER_PTH], f"bash -c 'exec -c {os.path.realpath(SYSTEM_PYTHON)} -c"
+                                                                    " \"import sys; sys.exit(3)\"'", False)
 PYTHON_ROWS["rig_check_doctest_own_path"] = (PYTHON_ROWS["rig_check_doctest_home_module"][0],
                                              PYTHON_ROWS["rig_check_doctest_home_module"][1].replace(
                                                  "python3 -m", "PATH=/usr/bin:/bin python3 -m"), False)
@@ -231,6 +245,9 @@ PYTHON_PROGRAMS = {"rig_check_pytest_ini": "pytest", "rig_check_pytest_conftest"
                    "rig_check_unittest_env_cleared_by_path": "python3", "rig_check_unittest_env_empty": "python3",
                    "rig_check_unittest_sys_executable_env_empty": "python3",
                    "rig_check_python_env_empty_home_module": "python3", "rig_check_python_env_empty_usercustomize": "python3",
+                   "rig_check_python_env_empty_pth": "python3", "rig_check_python_sys_executable_env_empty_pth": "python3",
+                   "rig_check_python_exec_c_pth": "python3", "rig_check_python_versioned_exec_c_pth": "python3",
+                   "rig_check_python_home_given_pth": "python3",
                    "rig_check_doctest_own_path": "python3", "rig_check_doctest_isolated_by_path": "python3",
                    "rig_check_pytest_own_pythonpath_by_path": "pytest"}
 

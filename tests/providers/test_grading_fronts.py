@@ -24,7 +24,11 @@ BY_PATH = ("rig_check_unittest_env_by_path", "rig_check_unittest_isolated_by_pat
            "rig_check_python_e_usercustomize_by_path", "rig_check_python_e_home_module_by_path",
            "rig_check_doctest_isolated_by_path",
            # env by its path from a check whose environment is cleared (exec -c): known by its session
-           "rig_check_unittest_env_cleared_by_path")
+           "rig_check_unittest_env_cleared_by_path",
+           # python run with an environment of its own: started again by its encodings' front, before
+           # `site` reads the answer's .pth (pool/providers/python_front.py)
+           "rig_check_python_env_empty_pth", "rig_check_python_sys_executable_env_empty_pth",
+           "rig_check_python_home_given_pth", "rig_check_python_exec_c_pth", "rig_check_python_versioned_exec_c_pth")
 SITECUSTOMIZE = "/etc/python3.11/sitecustomize.py"
 
 

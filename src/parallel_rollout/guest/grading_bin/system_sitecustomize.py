@@ -15,7 +15,10 @@ it is this file that knows it by its session, as ./system_front does (the agent'
 python again, by its own path, with the names the note gives back where they are not set: before
 this, python had read no PYTHONSAFEPATH (the current folder, the home, first on sys.path: the
 answer's ~/json.py), no PYTHONNOUSERSITE (its usercustomize.py ran next) and no PYTHONPATH (the
-wrappers' rules). Outside grading the folder is not there: one stat more per python.
+wrappers' rules). Outside grading the folder is not there: one stat more per python. A .pth file of
+the user site runs before any sitecustomize.py: in the process, docker and qemu guests
+./encodings_front.py runs this file first, as python imports encodings (``__name__``
+"encodings_front"), for the start again alone.
 """
 
 import os as _os
@@ -71,9 +74,13 @@ def _again_with_the_session_names():
 
 
 _primary = getattr(_sys.modules.get("sitecustomize"), "__dict__", None) is globals()
-if _primary and not _os.environ.get("PARALLEL_ROLLOUT_GRADING_SINCE"):
+#: run by ./encodings_front.py as python imports encodings, before `site` reads a .pth of the user site
+_early = __name__ == "encodings_front"
+if (_primary or _early) and not _os.environ.get("PARALLEL_ROLLOUT_GRADING_SINCE"):
     _again_with_the_session_names()
-if _primary and _os.environ.get("PARALLEL_ROLLOUT_GRADING_SINCE"):
+if _early:
+    pass  # only that: `site` comes next, and with it this file as sitecustomize
+elif _primary and _os.environ.get("PARALLEL_ROLLOUT_GRADING_SINCE"):
     # the wrappers' folder where every guest has them (images.GUEST_GRADING_BIN); their
     # sitecustomize runs this file again last, as the system's
     _run("/opt/parallel-rollout/grading_bin/sitecustomize.py",

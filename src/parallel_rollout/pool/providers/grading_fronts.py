@@ -37,6 +37,11 @@ One plan (:func:`plan`) from the guest's files as they are, three ways to lay it
 * a qemu image's tree gets them moved in place (:func:`install_in_tree`);
 * a docker image's tarball gets them as extra files (:func:`tarball_files`).
 
+Each lays python's ``encodings`` bytecode with its front too (``python_front.py``: a grading
+python run with an environment of its own is started again there, before ``site`` reads a
+``.pth`` of the answer's): the process VM's folder holds it, bound at the module's cached path
+and again under :data:`HOST_USR`; the images get it in place of their own.
+
 Left as it is: a program whose real file is of another name (``vi`` of ``vim.basic``, psql of
 pg_wrapper, ``npm`` of ``npm-cli.js``: a multi-call program, or one an alternative names), one
 whose real file is outside ``/usr/bin`` and ``/bin`` (javac, mvn: they find their homes by their
@@ -59,7 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from . import agent_folder, images, sandbox_fs
+from . import agent_folder, images, python_front, sandbox_fs
 
 GRADING_BIN = images.GUEST_SOURCE_DIR / "grading_bin"
 #: where a guest keeps the system's programs that a grading front takes the place of (the
@@ -112,6 +117,7 @@ class GuestFiles:
 
     def __init__(self, root: str = "/", tarball: Path | None = None) -> None:
         self.root = root
+        self.tarball = tarball
         self.members: dict[str, tarfile.TarInfo] | None = None
         self.linked: set[str] = set()
         if tarball is not None:
@@ -149,6 +155,20 @@ class GuestFiles:
             return os.listdir(self._host(folder))
         except OSError:
             return []
+
+    def read(self, path: str) -> bytes | None:
+        """The content of the regular file at ``path`` (no link followed), or None."""
+        if self.members is not None:
+            member = self.members.get(path)
+            if member is None or not member.isfile():
+                return None
+            with tarfile.open(self.tarball) as archive:
+                handle = archive.extractfile(member)
+                return handle.read() if handle else None
+        try:
+            return Path(self._host(path)).read_bytes() if not os.path.islink(self._host(path)) else None
+        except OSError:
+            return None
 
     def real(self, path: str) -> str:
         """``path`` with every link on it followed (an absolute link from the guest's root)."""
@@ -206,9 +226,26 @@ def plan(files: GuestFiles, python: str, programs: Iterable[str] | None = None) 
 
 def _sitecustomize(files: GuestFiles, python: str) -> str:
     """The real path of ``python``'s own sitecustomize.py (where it would be)."""
+    return files.real(os.path.join(_stdlib(files, python), "sitecustomize.py"))
+
+
+def _stdlib(files: GuestFiles, python: str) -> str:
+    """The real path of ``python``'s standard library's folder (``/usr/lib/python3.11``)."""
     executable = files.real(python)
     return files.real(os.path.join(os.path.dirname(os.path.dirname(executable)), "lib",
-                                   os.path.basename(executable), "sitecustomize.py"))
+                                   os.path.basename(executable)))
+
+
+def image_encodings(files: GuestFiles, python: str) -> tuple[str, bytes] | None:
+    """Where a guest image's ``python`` keeps its encodings' bytecode, and that bytecode with the
+    grading front (python_front.py); None where it keeps none, or no python of the host is of
+    its version."""
+    folder = os.path.join(_stdlib(files, python), "encodings")
+    cached = sorted(f"{folder}/__pycache__/{name}" for name in files.listdir(f"{folder}/__pycache__")
+                    if re.fullmatch(r"__init__\.[\w-]+\.pyc", name))
+    source, old = files.read(f"{folder}/__init__.py"), files.read(cached[0]) if cached else None
+    data = python_front.image_bytecode(source, old[:4], f"{folder}/__init__.py") if source and old else None
+    return (cached[0], data) if data else None
 
 
 @functools.lru_cache(maxsize=4)
@@ -235,7 +272,9 @@ def bwrap_binds(python: str, folder: Path | None = None) -> list[str]:
 
 @functools.lru_cache(maxsize=4)
 def _folder_binds(folder: Path) -> tuple[str, ...]:
-    return tuple(json.loads((folder / "binds.json").read_text(encoding="utf-8")))
+    """binds.json's options, a file of the folder's own (``./…``) by its path."""
+    binds = json.loads((folder / "binds.json").read_text(encoding="utf-8"))
+    return tuple(str(folder / part[2:]) if part.startswith("./") else part for part in binds)
 
 
 def mirrored_masks(masks: list[str]) -> list[str]:
@@ -251,16 +290,18 @@ def mirrored_masks(masks: list[str]) -> list[str]:
 
 @functools.lru_cache(maxsize=4)
 def _made_with(python: str) -> tuple[str, ...]:
-    return (python, str(GRADING_BIN), hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16],
-            *fronted_programs())
+    code = b"".join(path.read_bytes() for path in (Path(__file__), Path(python_front.__file__),
+                                                  python_front.ENCODINGS_FRONT))
+    return (python, str(GRADING_BIN), hashlib.sha256(code).hexdigest()[:16], *fronted_programs())
 
 
 def folder_key(python: str) -> str:
     """What a fronts' folder is made from: the python, the wrappers' place, this code, and
     when the folders the plan reads last changed (a program installed since: a new folder)."""
     times = []
+    encodings = os.path.join(_stdlib(GuestFiles(), python), "encodings", "__init__.py")
     for path in dict.fromkeys((*map(os.path.realpath, (*PROGRAM_FOLDERS, *NAME_FOLDERS, FRONTED)),
-                               _sitecustomize(GuestFiles(), python))):
+                               _sitecustomize(GuestFiles(), python), encodings)):
         try:
             times.append(os.stat(path).st_mtime_ns)
         except OSError:
@@ -326,6 +367,11 @@ def _make(scratch: Path, python: str) -> None:
     for real, front in laid.fronts.items():
         if os.path.dirname(real) != FRONTED:
             binds += ["--ro-bind", str(GRADING_BIN / front), real]
+    # python's encodings with its front (python_front.py), by /usr and by the host's /usr here
+    cached = python_front.write_bytecode(python, scratch / "encodings.pyc")
+    if cached is not None:
+        binds += ["--ro-bind", "./encodings.pyc", cached,
+                  "--ro-bind", "./encodings.pyc", HOST_USR + cached[len("/usr"):]]
     (scratch / "binds.json").write_text(json.dumps(binds), encoding="utf-8")
     for folder in (scratch, bin_dir, originals, originals / HOST_USR.rsplit("/", 1)[1]):
         os.chmod(folder, 0o755)
@@ -355,6 +401,8 @@ def install_in_tree(tree: Path, python: str = "/usr/bin/python3") -> Plan:
         path = tree / real.lstrip("/")
         path.write_bytes(data)
         path.chmod(mode)
+    if encodings := image_encodings(GuestFiles(str(tree)), python):
+        (tree / encodings[0].lstrip("/")).write_bytes(encodings[1])
     return laid
 
 
@@ -375,6 +423,8 @@ def tarball_files(tarball: Path, python: str = "/usr/bin/python3") -> dict[str, 
             handle = archive.extractfile(member)
             extra[kept] = (handle.read() if handle else b"", stat.S_IMODE(member.mode))
             first[real] = os.path.basename(kept)
+    if encodings := image_encodings(files, python):
+        extra[encodings[0]] = (encodings[1], 0o644)
     return extra
 
 
@@ -382,4 +432,5 @@ def image_key() -> tuple[str, ...]:
     """What an image's cache key takes of the fronts: the programs given one and this module's
     code (the fronts' own contents are the guest package's digest): a built image laid out
     otherwise is rebuilt, never silently stale."""
-    return ("grading-fronts", hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16], *fronted_programs())
+    code = b"".join(Path(path).read_bytes() for path in (__file__, python_front.__file__))
+    return ("grading-fronts", hashlib.sha256(code).hexdigest()[:16], *fronted_programs())
