@@ -39,7 +39,7 @@ from pathlib import Path
 #: its own layer and of every layer below it.
 LAYERS: list[list[str]] = [
     ["cli.py", "__main__.py", "cli_options.py", "cli_aliases.py", "cli_runs.py", "preflight.py", "api.py"],
-    ["runner.py", "run_end.py", "run_folder.py", "rl/", "call_spelling.py"],
+    ["runner.py", "run_end.py", "run_folder.py", "rl/", "call_spelling.py", "honoured.py"],
     ["engine.py", "engine_cancels.py", "doorbell.py"],
     ["backends/"],
     ["worker.py", "attempt_vms.py"],
