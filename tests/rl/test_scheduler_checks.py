@@ -190,3 +190,11 @@ def test_a_web_tag_on_a_provider_without_chromium_is_refused_as_the_scheduler_is
     with pytest.raises(ProviderUnavailable, match="the web mode needs Chromium.*no-such-chromium"):
         schedulers(config, EnvManagerConfig(tags=["web"]))
     assert not (tmp_path / "out").exists() and server.requests == []
+
+
+def test_a_run_config_mode_that_does_not_import_is_refused_as_the_scheduler_is_made(tmp_path, server, schedulers):
+    """RunConfig(mode='gymm') beside tags of their own mode: no tag ran it, but every worker
+    imports the run config's mode before its first task, so each exited at its start, the
+    engine stopped, and the scheduler was handed back as if whole. run() refuses the mode."""
+    message = _refused(tmp_path, server, schedulers, mode="gymm")
+    assert message.startswith("RunConfig: unknown mode 'gymm' (did you mean 'gym'?); known modes: gym,"), message

@@ -247,11 +247,13 @@ def check_count(name: str, value: Any, minimum: int, optional: bool = False) -> 
 def check_run_config(run_config: Any) -> None:
     """What ``run()`` refuses before anything starts, refused by a scheduler too: a field of
     the wrong type, a value out of range (``num_rollouts=0``, ``task_timeout=-1``), a run_id
-    that is no folder name, an output_dir without min_free_disk_mb free, an agent that does
-    not import or is abstract (its settings, and a tag's mode, are checked as the
-    tags are loaded: ``load_tags``). ConfigError naming the field; each would otherwise fail
+    that is no folder name, an output_dir without min_free_disk_mb free, an agent or a mode
+    that does not import or is abstract (the mode even when no tag runs it: every worker
+    imports it before its first task; the agent's settings, and a tag's mode, are checked as
+    the tags are loaded: ``load_tags``). ConfigError naming the field; each would otherwise fail
     every attempt, or start no worker, and no batch would ever come."""
     from ..agents import get_agent
+    from ..envs import get_env
     from ..output_checks import check_free_disk
     from ..pool.providers.common import check_name
 
@@ -264,6 +266,7 @@ def check_run_config(run_config: Any) -> None:
             check_name("run_id", run_config.run_id)
         check_free_disk(run_config.output_dir, run_config.min_free_disk_mb)  # as run() does
         get_agent(run_config.agent)
+        get_env(run_config.mode)
     except ConfigError as exc:
         raise said_of(run_config, exc) from None
 
