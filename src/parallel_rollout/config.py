@@ -326,12 +326,17 @@ def _coerce(name: str, value: Any, where: str, key: str | None = None) -> Any:
     return value
 
 
-def check_fields(cfg: RunConfig, where: str = "RunConfig") -> None:
+def check_fields(cfg: RunConfig, where: str = "RunConfig") -> RunConfig:
     """The types ``settings`` checks, on a RunConfig made in Python (an RL scheduler's, which
-    no build_config checked): ConfigError naming ``where`` and the field."""
+    no build_config checked): ConfigError naming ``where`` and the field. Returns ``cfg`` with
+    numpy's numbers (``np.int64(2)``) as the ints and floats they are, as ``settings`` takes them."""
+    python_numbers = {}
     for name in _FIELDS:
         value = getattr(cfg, name)
-        _coerce(name, list(value) if isinstance(value, tuple) else value, where)
+        checked = _coerce(name, list(value) if isinstance(value, tuple) else value, where)
+        if isinstance(value, numbers.Number) and type(value) not in (bool, int, float):  # np.float64 too
+            python_numbers[name] = checked
+    return dataclasses.replace(cfg, **python_numbers) if python_numbers else cfg
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

@@ -201,3 +201,25 @@ def test_a_trainer_script_without_a_main_guard_gets_one_clear_error_and_no_folde
     assert 'put the call under `if __name__ == "__main__":`' in done.stderr
     assert "bootstrapping phase" not in done.stderr and "EOFError" not in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_numpy_numbers_in_the_run_config_are_taken_as_run_takes_them(tmp_path, table, schedulers):
+    """RunConfig(num_rollouts=np.int64(2)) passes RunConfig's own checks, but the scheduler's
+    check of the settings its tags use compared each given value with ``()``: numpy's
+    comparison gave an empty array, and RolloutScheduler(...) raised numpy's "The truth value
+    of an empty array is ambiguous" instead of starting."""
+    import json
+
+    import numpy as np
+
+    from rl_support import rl_config
+
+    _, server = table
+    train = schedulers(rl_config(tmp_path, server, num_rollouts=np.int64(2), envs_per_worker=np.int64(1),
+                                 max_retries=np.int64(1), task_timeout=np.float64(120.0)),
+                       EnvManagerConfig(group_size=2, tags=["FrozenLake"]))
+    batch = train.get_batch(batch_size=4, step=0)
+    assert len(batch) == 4 and all(t.status in ("success", "failure") for t in batch), [t.status for t in batch]
+    assert type(train.stats()["concurrency"]) is int and json.loads(json.dumps(train.stats()))["concurrency"] == 2
+    with pytest.raises(ConfigError, match="num_rollouts must be at least 1"):
+        schedulers(rl_config(tmp_path, server, num_rollouts=np.int64(0)), EnvManagerConfig(tags=["FrozenLake"]))

@@ -244,14 +244,15 @@ def check_count(name: str, value: Any, minimum: int, optional: bool = False) -> 
     return whole
 
 
-def check_run_config(run_config: Any) -> None:
+def check_run_config(run_config: Any) -> RunConfig:
     """What ``run()`` refuses before anything starts, refused by a scheduler too: a field of
     the wrong type, a value out of range (``num_rollouts=0``, ``task_timeout=-1``), a run_id
     that is no folder name, an output_dir without min_free_disk_mb free, an agent or a mode
     that does not import or is abstract (the mode even when no tag runs it: every worker
     imports it before its first task; the agent's settings, and a tag's mode, are checked as
     the tags are loaded: ``load_tags``). ConfigError naming the field; each would otherwise fail
-    every attempt, or start no worker, and no batch would ever come."""
+    every attempt, or start no worker, and no batch would ever come. Returns the RunConfig
+    with numpy's numbers as Python's (``check_fields``)."""
     from ..agents import get_agent
     from ..envs import get_env
     from ..output_checks import check_free_disk
@@ -259,7 +260,7 @@ def check_run_config(run_config: Any) -> None:
 
     if not isinstance(run_config, RunConfig):
         raise ConfigError(f"run_config must be a parallel_rollout.config.RunConfig, got {type(run_config).__name__}")
-    check_fields(run_config, "RunConfig")
+    run_config = check_fields(run_config, "RunConfig")
     try:
         validate_ranges(run_config)
         if run_config.run_id:  # it names the run folder: '../x' was made beside output_dir
@@ -269,6 +270,7 @@ def check_run_config(run_config: Any) -> None:
         get_env(run_config.mode)
     except ConfigError as exc:
         raise said_of(run_config, exc) from None
+    return run_config
 
 
 def said_of(run_config: RunConfig, error: ConfigError) -> ConfigError:

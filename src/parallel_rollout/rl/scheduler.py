@@ -104,7 +104,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
         # must leave no engine running and no half-made scheduler among its siblings.
         if _shared is None:  # it starts the engine, whose helper processes import the script again
             check_guarded("RolloutScheduler()")
-        check_run_config(run_config)  # as run() checks its settings: types, ranges, the agent
+        run_config = check_run_config(run_config)  # as run() checks them: types, ranges, the agent
         self.env_config = env_config or EnvManagerConfig()
         self.env_config.check()
         self.ratio = whole_ratio(async_generation_ratio)
