@@ -88,4 +88,3 @@ def test_every_flag_a_step_reads_is_listed():
                 if isinstance(parameter.default, bool)}
     listed = {(kind, name) for kind, names in steps.FLAGS.items() for name in names}
     assert defaults == listed, defaults ^ listed
-    assert all(key in inspect.signature(steps.STEPS[kind]).parameters for kind, key in steps.ITEM_FLAGS)

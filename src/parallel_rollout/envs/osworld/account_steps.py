@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .sources import SetupError, local_source
+from .step_values import FLAG, TEXT, TEXTS, Kind, Objects, one_of, texts_of
 
 _PREFIX = "evaluation_examples/settings/"
 DRIVE_URL = "https://drive.google.com/drive/my-drive"
@@ -153,3 +154,12 @@ def get_googledrive_file(env, config: dict) -> Any:
 
 STEPS = {"googledrive": googledrive, "login": login}
 GETTERS = {"googledrive_file": get_googledrive_file}
+#: step type -> parameter -> the kind of value it needs (setup.VALUES): a googledrive's
+#: operations and, for each, its object of args (a delete's query and trash, a mkdirs' path,
+#: an upload's url and path: a folder path as a string or a list of names); a delete's
+#: ``"trash": "false"`` read as true and trashed what it meant to delete
+_FOLDERS = Kind(lambda value: TEXT.test(value) or TEXTS.test(value), "a string or a list of strings (the folder path)")
+VALUES = {"googledrive": {"operation": texts_of("delete", "mkdirs", "upload"),
+                          "args": Objects({}, optional={"query": TEXT, "trash": FLAG, "path": _FOLDERS, "url": TEXT}),
+                          "settings_file": TEXT},
+          "login": {"platform": one_of("googledrive"), "settings_file": TEXT}}

@@ -19,6 +19,7 @@ from pathlib import Path
 from . import chrome
 from .metrics.browser import compare_urls
 from .sources import EMPTY_HISTORY_URL, local_source
+from .step_values import NUMBER, TEXT, TEXTS, Objects
 
 #: Chrome's transition type for a typed, chain-start-and-end visit (OSWorld's value)
 _TRANSITION = 805306368
@@ -66,3 +67,7 @@ def update_browse_history(env, history: list[dict]) -> None:
 
 STEPS = {"chrome_open_tabs": chrome_open_tabs, "chrome_close_tabs": chrome_close_tabs,
          "update_browse_history": update_browse_history}
+#: step type -> parameter -> the kind of value it needs (setup.VALUES)
+VALUES = {"chrome_open_tabs": {"urls_to_open": TEXTS}, "chrome_close_tabs": {"urls_to_close": TEXTS},
+          "update_browse_history": {"history": Objects({"url": TEXT, "title": TEXT,
+                                                        "visit_time_from_now_in_seconds": NUMBER})}}

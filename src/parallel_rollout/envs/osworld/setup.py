@@ -11,7 +11,9 @@ step's index and its type. A step's parameter read as a flag (:data:`FLAGS`: ``s
 ``strict``) given a string other than "true" is refused at load: the string reads as true,
 ``"shell": "false"`` ran the command in a shell, as OSWorld's own controller does; so is a
 parameter the step does not read (``"shel": true`` was ignored, the command run without a
-shell) or one it needs that is missing, which failed only as the step ran.
+shell) or one it needs that is missing, which failed only as the step ran, and a value not of
+the kind its code needs (:data:`VALUES`, :mod:`.step_values`: ``"seconds": "two"``, a number
+as a ``download``'s ``path``), which failed there too.
 """
 
 from __future__ import annotations
@@ -23,8 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from .account_steps import STEPS as ACCOUNT_STEPS
+from .account_steps import VALUES as ACCOUNT_VALUES
 from .browser_steps import STEPS as BROWSER_STEPS
-from .rule_keys import flag_problem, unread_hint
+from .browser_steps import VALUES as BROWSER_VALUES
+from .rule_keys import unread_hint
+from .step_values import COMMAND, FLAG, SECONDS, TEXT, WHOLE, Objects
 # SetupError and cache_root are read here as setup.X by the env and the tests
 from .sources import SetupError, SourceMissing, cache_root, local_source  # noqa: F401
 
@@ -39,19 +44,10 @@ OPEN_TIMEOUT_S = 90.0
 MAX_SLEEP_S = 60.0
 
 
-_WINDOW = ("strict", "by_class")
-#: step type -> the parameters it reads as a flag (handed to the guest as ``shell``, ``if
-#: strict:``): any string but "" reads as true there, so ``"shell": "false"`` ran a shell
-FLAGS: dict[str, tuple[str, ...]] = {"execute": ("shell",), "command": ("shell",), "launch": ("shell",),
-                                     "activate_window": _WINDOW, "close_window": _WINDOW}
-#: (step type, parameter) -> the flags each object of that list parameter is read with
-#: (``googledrive``'s ``args``: ``"trash": "false"`` trashed what it meant to delete)
-ITEM_FLAGS: dict[tuple[str, str], tuple[str, ...]] = {("googledrive", "args"): ("trash",)}
-
-
 def check_steps(steps: Any, where: str) -> None:
     """ValueError naming the first unsupported or malformed step: a parameter it does not
-    read or one it needs missing, or a string other than "true" given to one read as a flag."""
+    read or one it needs missing, or a value not of the kind :data:`VALUES` asks (a string
+    other than "true" given to one read as a flag among them)."""
     if not isinstance(steps, list):
         raise ValueError(f"{where} must be a list of steps")
     for index, step in enumerate(steps, start=1):
@@ -62,7 +58,7 @@ def check_steps(steps: Any, where: str) -> None:
         if not isinstance(step.get("parameters", {}), dict):
             raise ValueError(f"{where} step {index}: 'parameters' must be an object")
         params = step.get("parameters") or {}
-        problem = _parameters_problem(step["type"], params) or _flags_problem(step["type"], params)
+        problem = _parameters_problem(step["type"], params) or _values_problem(step["type"], params)
         if problem:
             raise ValueError(f"{where} step {index} ({step['type']}): {problem}")
 
@@ -78,28 +74,19 @@ def _parameters_problem(kind: str, params: dict) -> str | None:
     if missing:
         return f"needs the parameter {missing[0]!r}"
     until = params.get("until") if STEPS[kind] is _execute else None
-    if until is not None and not isinstance(until, dict):
-        return f"has 'until' {until!r}: give an object of {', '.join(map(repr, UNTIL_KEYS))} to wait for"
-    for key in until or ():
+    for key in until if isinstance(until, dict) else ():
         if key not in UNTIL_KEYS:  # never met: the step would wait out its timeout
             return f"has the key {key!r} in 'until', which the step does not read " \
                    f"({unread_hint(key, list(UNTIL_KEYS))})"
     return None
 
 
-def _flags_problem(kind: str, params: dict) -> str | None:
-    """The first flag of a step's ``params`` given a string that reads as true whatever it says."""
-    for key in FLAGS.get(kind, ()):
-        problem = flag_problem(params.get(key))
-        if problem:
-            return f"parameter {key!r} is {problem}"
-    for (step_kind, key), flags in ITEM_FLAGS.items():
-        items = params.get(key) if step_kind == kind else None
-        for place, item in enumerate(items if isinstance(items, list) else ()):
-            problem = next((f"{name!r} is {flag_problem(item[name])}" for name in flags
-                            if isinstance(item, dict) and flag_problem(item.get(name))), None)
-            if problem:
-                return f"parameter {key!r}[{place}] {problem}"
+def _values_problem(kind: str, params: dict) -> str | None:
+    """The first parameter of a step whose value is not of the kind :data:`VALUES` asks."""
+    for key, value in params.items():
+        problem = VALUES[kind][key].problem(value)
+        if problem:  # "is …", or "[0] 'url' is …" of a list's object
+            return f"parameter {key!r}{'' if problem.startswith('[') else ' '}{problem}"
     return None
 
 
@@ -157,7 +144,8 @@ def _execute(env, command, shell: bool = False, stdout: str = "", stderr: str = 
 
 
 #: what an ``execute`` step's ``until`` may wait for: its command's exit status, or a text in its output
-UNTIL_KEYS = ("returncode", "stdout", "stderr")
+_UNTIL = Objects({}, optional={"returncode": WHOLE, "stdout": TEXT, "stderr": TEXT}, one=True)
+UNTIL_KEYS = tuple(_UNTIL.optional)
 
 
 def _until_holds(result: dict, until: dict) -> bool:
@@ -208,6 +196,21 @@ def _download(env, files: list[dict]) -> None:
         source = local_source(env.task, item["url"], env.cache_root)
         env.vm.write_file(item["path"], source.read_bytes())
 
+
+_WINDOW = {"window_name": TEXT, "strict": FLAG, "by_class": FLAG}
+_EXECUTE = {"command": COMMAND, "shell": FLAG, "stdout": TEXT, "stderr": TEXT, "timeout": SECONDS,
+            "until": _UNTIL}
+#: step type -> parameter -> the kind of value its code needs (:mod:`.step_values`), checked
+#: at load: every parameter of every step (a test holds it to the steps' signatures)
+VALUES = {"execute": _EXECUTE, "command": _EXECUTE, "launch": {"command": COMMAND, "shell": FLAG},
+          "open": {"path": TEXT, "timeout": SECONDS}, "sleep": {"seconds": SECONDS},
+          "activate_window": _WINDOW, "close_window": _WINDOW,
+          "upload_file": {"files": Objects({"local_path": TEXT, "path": TEXT})},
+          "download": {"files": Objects({"url": TEXT, "path": TEXT})}, **BROWSER_VALUES, **ACCOUNT_VALUES}
+#: step type -> the parameters it reads as a flag (handed to the guest as ``shell``, ``if
+#: strict:``): any string but "" reads as true there, so ``"shell": "false"`` ran a shell
+FLAGS: dict[str, tuple[str, ...]] = {kind: names for kind, values in VALUES.items()
+                                     if (names := tuple(key for key, need in values.items() if need is FLAG))}
 
 #: the registry of step types (type -> function called as ``step(env, **parameters)``)
 STEPS = {"execute": _execute, "command": _execute, "launch": _launch, "open": _open,
