@@ -55,8 +55,9 @@ def _reap_resource_tracker(owner: int = os.getpid()) -> None:
 if _PROGRAM:
     atexit.register(_reap_resource_tracker)
 
+import contextlib
 import difflib
-from typing import Any
+from typing import Any, Iterator
 
 import click
 from click.core import ParameterSource
@@ -67,7 +68,7 @@ from .cli_options import (ENV_PREFIX, Gate, LazyHelpOption, RegistryOption, RunC
                           dataset_help, env_var_name, given_as, help_sections, invoked_as, name_variables_after_flags,
                           typed_sources)
 from .exit_codes import EXIT_ABORTED, EXIT_INTERRUPTED, EXIT_LOCKED, EXIT_USAGE
-from .logs import console_logging, devnull_for_closed_streams, say
+from .logs import console_logging, devnull_for_closed_streams, say, shown_on_stderr
 from .cli_runs import compare_cmd, report_cmd, runs
 
 _D = RunConfig()
@@ -75,10 +76,25 @@ _D = RunConfig()
 MODE_TURNS = "py 1, math 1, web 20, rag 10, osworld 15"
 
 
+@contextlib.contextmanager
+def _shown_on_a_lost_stderr() -> Iterator[None]:
+    """A usage error raised within, which click prints as ``main()`` ends, keeps its exit
+    status (2) on a stderr that is lost (a reader gone, a full disk): not a traceback's 1."""
+    try:
+        yield
+    except click.ClickException as exc:
+        exc.show = shown_on_stderr(exc.show)  # type: ignore[method-assign]
+        raise
+
+
 class _DefaultRunGroup(click.Group):
     """A group that treats ``parallel-rollout --mode …`` as ``parallel-rollout run --mode …``."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        with _shown_on_a_lost_stderr():
+            return self._parse_args(ctx, args)
+
+    def _parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
             # a first bare word close to a command's name is a typo of it (reprot), not run's; of
             # several, the group that has the next word as a command (runz list: runs, not run)
@@ -96,16 +112,18 @@ class _DefaultRunGroup(click.Group):
         return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
-        """Every command: a ConfigError of the core (bad input) is a usage error, exit 2.
-        A command other than ``run`` (which sets its own) gets the signals' defaults back."""
+        """Every command: a ConfigError of the core (bad input) is a usage error, exit 2, on
+        a lost stderr too. A command other than ``run`` (which sets its own) gets the
+        signals' defaults back."""
         if ctx.invoked_subcommand != "run":
             for sig, was in _EARLY.items():
                 if signal.getsignal(sig) is _early_exit:
                     signal.signal(sig, was)
-        try:
-            return super().invoke(ctx)
-        except ConfigError as exc:
-            raise click.UsageError(str(exc)) from None
+        with _shown_on_a_lost_stderr():
+            try:
+                return super().invoke(ctx)
+            except ConfigError as exc:
+                raise click.UsageError(str(exc)) from None
 
     def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The group's help, then every option of ``run``: it is the default command, so
@@ -408,10 +426,10 @@ def image_build(ctx: click.Context, provider_name: str, force: bool, desktop: bo
     provider = get_provider(provider_name, given_as(ctx, "provider_name"))  # unknown: exit 2, as run's
     try:
         where = provider.build_image(
-            force=force, desktop=desktop, log=lambda line: click.echo(line, err=True))
+            force=force, desktop=desktop, log=lambda line: say(line, err=True))
     except (ProviderUnavailable, VMError) as exc:
         raise click.ClickException(f"image build failed: {exc}") from None
-    click.echo(where)
+    say(where)
 
 
 @main.group()
@@ -443,7 +461,7 @@ def sweep(ctx: click.Context, provider_name: str, run_id: str | None, backend: s
     except VMError as exc:  # a docker call that failed or hung, a Ray node or head: nothing swept for certain
         say(f"Error: sweep failed: {exc}", err=True)
         _end(EXIT_ABORTED)
-    click.echo(f"removed {len(removed)} {provider_name} VM(s)" + (": " + ", ".join(removed) if removed else ""))
+    say(f"removed {len(removed)} {provider_name} VM(s)" + (": " + ", ".join(removed) if removed else ""))
 
 
 @main.command("osworld-cache", add_help_option=False,

@@ -27,6 +27,7 @@ from click.shell_completion import CompletionItem
 from .cli_aliases import translate_osworld_flags
 from .config_checks import GATE_SYNONYMS, TYPED, check_not_stdout, gate_setting
 from .errors import ConfigError
+from .logs import say
 from .provenance import program
 
 #: the prefix of every flag's environment variable: PARALLEL_ROLLOUT_<FLAG> for run's flags
@@ -316,7 +317,7 @@ class TypedFlagsCommand(click.Command):
         ctx.meta[TYPED] = typed
         rest = super().parse_args(ctx, args)
         for line in unread_alias_variables(ctx, self):
-            click.echo(f"Warning: {line}", err=True)
+            say(f"Warning: {line}", err=True)
         return rest
 
 
@@ -362,7 +363,7 @@ class RunCommand(click.Command):
                 exc.param_hint = repr(typed[next(o for o in param.opts if o in typed)])
             raise
         for line in unknown_variables(ctx, self):
-            click.echo(f"Warning: {line}", err=True)
+            say(f"Warning: {line}", err=True)
         return rest
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

@@ -34,7 +34,7 @@ def report_cmd(run_dir: str, output: str | None, output_dir: str) -> None:
     from .report.html import write_report
     from .report.run_data import resolve_run
 
-    click.echo(write_report(resolve_run(run_dir, output_dir), output))
+    say(write_report(resolve_run(run_dir, output_dir), output))
 
 
 @click.command("compare")
@@ -107,9 +107,9 @@ def runs_list(output_dir: str, as_json: bool) -> None:
     lines = list_runs(output_dir)
     if as_json:
         for line in lines:
-            click.echo(json.dumps(line.to_json()))
+            say(json.dumps(line.to_json()))
     else:
-        click.echo(format_runs(lines))
+        say(format_runs(lines))
 
 
 @runs.command("export-osworld")
@@ -134,7 +134,7 @@ def runs_export_osworld(run: str, result_dir: str, output_dir: str, sample: int,
                           overwrite=overwrite)
     domains = (f"domains from {done.index}" if done.index else "domains from the task files the run recorded, "
                "its index not readable now" if done.recorded else "no OSWorld index: every example under all/")
-    click.echo(f"exported {done.examples} example(s) to {done.folder} ({done.scored} with result.txt; {domains})")
+    say(f"exported {done.examples} example(s) to {done.folder} ({done.scored} with result.txt; {domains})")
     if done.without_files:
-        click.echo(f"no trajectory folder for {len(done.without_files)} task(s): {', '.join(done.without_files[:10])}",
-                   err=True)
+        say(f"no trajectory folder for {len(done.without_files)} task(s): {', '.join(done.without_files[:10])}",
+            err=True)

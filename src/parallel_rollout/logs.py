@@ -313,8 +313,9 @@ def devnull_for_closed_streams() -> None:
 
 
 def say(text: str, err: bool = False) -> None:
-    """``click.echo`` for the commands whose exit status is a verdict (``run``, ``compare``):
-    a reader gone loses the line (a run's summary, its resume hint), not the status."""
+    """``click.echo`` for every command: a reader gone or a full disk loses the line (a run's
+    summary, its resume hint, a warning at its start, ``runs list``'s table), not the run nor
+    the exit status."""
     import click
 
     try:
@@ -323,6 +324,19 @@ def say(text: str, err: bool = False) -> None:
         if not output_lost(exc):
             raise
         lose_output(sys.stderr if err else sys.stdout)
+
+
+def shown_on_stderr(show: Callable[[], None]) -> Callable[[], None]:
+    """``show`` (click's printing of a usage error to stderr) losing its lines to an output
+    gone, as ``say`` does: the status stays the error's own (2), not a traceback's 1."""
+    def guarded() -> None:
+        try:
+            show()
+        except OSError as exc:
+            if not output_lost(exc):
+                raise
+            lose_output(sys.stderr)
+    return guarded
 
 
 def flush_stdout() -> None:
