@@ -150,16 +150,16 @@ def _engine_tasks(tmp_path: Path) -> dict:
 
 def shell_engine(address: str, tmp_path: Path, run_id: str, **settings):
     """An Engine of the shell mode on the cluster at ``address`` (one worker and one VM a
-    node), its results in tmp_path/out/``run_id``; that folder; ``_engine_tasks`` by id."""
+    node, unless ``settings`` say otherwise), its results in tmp_path/out/``run_id``; that folder; ``_engine_tasks`` by id."""
     from parallel_rollout.config import build_config
     from parallel_rollout.engine import Engine
     from parallel_rollout.results import ResultStore
 
     run_dir = tmp_path / "out" / run_id
     run_dir.mkdir(parents=True)
-    config = build_config(dict(mode="shell", output_dir=str(tmp_path / "out"), run_id=run_id, num_rollouts=1,
-                               envs_per_worker=1, num_vms=1, use_vm_pool=True, progress=False, max_turns=200,
-                               backend="ray", ray_address=address, **settings))
+    config = build_config({**dict(mode="shell", output_dir=str(tmp_path / "out"), run_id=run_id, num_rollouts=1,
+                                  envs_per_worker=1, num_vms=1, use_vm_pool=True, progress=False, max_turns=200,
+                                  backend="ray", ray_address=address), **settings})
     return Engine(config, run_dir, record_sink=ResultStore(run_dir).append), run_dir, _engine_tasks(tmp_path)
 
 

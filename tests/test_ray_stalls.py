@@ -119,3 +119,47 @@ def test_pools_paused_as_the_run_ends_hold_its_end_up_once(cluster, tmp_path, mo
                            capture_output=True, text=True, timeout=120)
     assert sweep.returncode == 0, sweep.stderr[-2000:]
     assert not leftover_sandboxes()
+
+
+def test_late_attempts_of_a_paused_node_are_settled_at_once(cluster, tmp_path):
+    """Four worker actors of one node paused (SIGSTOP) with their attempts, and every node's
+    attempts past --task-timeout at once: the driver asks every late actor where its attempt
+    is at once, under one deadline (``PROGRESS_WAIT_S``, 2 s), so the twelve attempts are
+    settled within seconds of their deadline. Before, it asked them in turn on the engine
+    thread, 2 s for each paused actor, every node's dispatch and results held meanwhile. Each
+    record still says where its attempt was, but the paused actors', which did not answer."""
+    from parallel_rollout.messages import Assignment
+
+    cl, _ = cluster
+    limit = 15.0
+    engine, run_dir, by_id = shell_engine(cl.address, tmp_path, "late", num_rollouts=4, num_vms=4,
+                                          task_timeout=limit, max_retries=0)
+    finals: queue.Queue = queue.Queue()
+    with engine:
+        engine.start()
+        deadline = time.monotonic() + 120
+        while len(pids := [p for p in engine.worker_pids().values() if p is not None]) < 12:
+            assert time.monotonic() < deadline, f"the workers did not start: {engine.worker_pids()}"
+            time.sleep(0.1)
+        by_node: dict[int, list[int]] = {}
+        for pid in pids:
+            by_node.setdefault(psutil.Process(pid).ppid(), []).append(pid)  # a child of its node's raylet
+        paused = [psutil.Process(pid) for pid in next(iter(by_node.values()))]
+        assert len(by_node) == 3 and len(paused) == 4, by_node
+        for sample in range(12):
+            engine.submit(Assignment(by_id["long"], sample, 0), finals.put)
+        sent_at = time.monotonic()
+        started = run_dir / "trajectories" / "long"
+        while len(list(started.glob("*/attempt-0.jsonl"))) < 12 and time.monotonic() < sent_at + limit - 3:
+            time.sleep(0.1)
+        with _paused(*paused):
+            got = [finals.get(timeout=limit + 60) for _ in range(12)]
+            took = time.monotonic() - (sent_at + limit)
+        assert engine.wait_idle(timeout=60)
+    assert {r["status"] for r in got} == {"task_timeout"}, [(r["key"], r["status"]) for r in got]
+    assert took < 6, f"the late attempts were settled {took:.1f}s after their deadline"
+    paused_pids = {p.pid for p in paused}
+    said = {r["key"]: "the attempt was in" in r["failure"]["message"] for r in read_results(run_dir)}
+    assert {key for key, known in said.items() if not known} == {r["key"] for r in got if r["pid"] in paused_pids}
+    assert sum(said.values()) == 8, said
+    assert not leftover_sandboxes()

@@ -267,20 +267,36 @@ class WorkerActor:
         return len(children)
 
 
-#: how long a timeout waits for the late actor to say where its attempts are
+#: how long a timeout waits for the late actors to say where their attempts are (all at once)
 PROGRESS_WAIT_S = 2.0
 
+#: where a late actor's attempts are, by (key, attempt): (``messages.Progress``, its files)
+Where = dict[tuple[str, int], tuple[Any, dict[str, str]]]
 
-def late_progress(actor: Any, idents: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[Any, dict[str, str]]]:
-    """On the driver: where a late actor's attempts are (``WorkerActor.progress``), asked
-    before it is killed; nothing when it does not answer within PROGRESS_WAIT_S (an actor
-    whose agent holds its interpreter)."""
+
+def late_progress(asked: list[tuple[Any, list[tuple[str, int]]]]) -> list[Where]:
+    """On the driver: where each late actor's attempts are (``WorkerActor.progress``), asked
+    before they are killed, of every actor at once and under one deadline, PROGRESS_WAIT_S;
+    nothing for an actor that does not answer by then (one whose agent holds its interpreter,
+    its node paused). Asked in turn, N late actors of a stalled node held the engine thread,
+    every node's dispatch and results with it, N × PROGRESS_WAIT_S."""
     import ray
 
-    try:
-        return ray.get(actor.progress.remote(idents), timeout=PROGRESS_WAIT_S) or {}
-    except Exception:  # noqa: BLE001 - a hung or dead actor: the record says less, nothing more
-        return {}
+    refs: list[Any] = []
+    for actor, idents in asked:
+        try:
+            refs.append(actor.progress.remote(idents))
+        except Exception:  # noqa: BLE001 - a dead actor: its records say less, nothing more
+            refs.append(None)
+    sent = [ref for ref in refs if ref is not None]
+    done = set(ray.wait(sent, num_returns=len(sent), timeout=PROGRESS_WAIT_S)[0]) if sent else set()
+    found: list[Where] = []
+    for ref in refs:
+        try:
+            found.append((ray.get(ref, timeout=0) or {}) if ref in done else {})
+        except Exception:  # noqa: BLE001 - it died or raised: the record says less, nothing more
+            found.append({})
+    return found
 
 
 def sweep_here(provider_name: str, run_id: str | None, orphans_only: bool = False) -> list[str]:

@@ -63,7 +63,8 @@ from ..errors import ClusterUnreachable, TaskTimeout, VMError, WorkerDied
 from ..messages import Assignment, Cancel
 from ..trajectories import unpack_files
 from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record, grace_left, late_failures
-from .ray_actors import TRAJECTORY_FILES, PoolActor, RayPool, WorkerActor, late_progress, mark_folder
+from .ray_actors import (PROGRESS_WAIT_S, TRAJECTORY_FILES, PoolActor, RayPool, WorkerActor, late_progress,
+                         mark_folder)
 from .ray_cluster import check_reachable, connect, Sweeps, done_refs, pinned, sweep_cluster, wait_ready, why
 from .ray_head import HeadWatch, disconnect_lost
 from .ray_nodes import NodeWatch
@@ -404,19 +405,27 @@ class RayBackend(WorkerTable, NodeWatch):
 
     def check_timeouts(self) -> None:
         """Record attempts past --task-timeout (``late_failures``: each before its actor's
-        kill, with where its actor says it is) and kill their workers."""
+        kill, with where its actor says it is) and kill their workers. Every late actor is
+        asked at once, and with them those due within the ask's wait (``PROGRESS_WAIT_S``),
+        which are late when it ends if one of them does not answer: a batch dispatched
+        together and stalled on a paused node is waited for once, not once per tick it spans."""
         limit = self.config.task_timeout
         now = time.monotonic()
-        late: list[tuple[_Worker, tuple[str, int], Any, dict[str, str]]] = []
+        if not any(c.elapsed(now) > limit for w in self._workers.values() for c in w.started.values()):
+            return
+        asked: list[tuple[_Worker, list[tuple[str, int]]]] = []
         for w in list(self._workers.values()):
-            idents = [ident for ident, clock in w.started.items() if clock.elapsed(now) > limit]
-            if not idents:
-                continue
-            self.handle(done_refs([ref for ref, (owner, _) in self._refs.items() if owner is w]))
-            idents = [ident for ident in idents if ident in w.assigned]
-            if idents and self._workers.get(w.index) is w:
-                where = late_progress(w.actor, idents)
-                late += [(w, ident, *where.get(ident, (None, {}))) for ident in idents]
+            idents = [ident for ident, clock in w.started.items() if clock.elapsed(now) > limit - PROGRESS_WAIT_S]
+            if idents:
+                self.handle(done_refs([ref for ref, (owner, _) in self._refs.items() if owner is w]))
+                asked.append((w, idents))
+        # an attempt that ended meanwhile is settled by its result, a worker that died by its death
+        asked = [(w, kept) for w, idents in asked
+                 if self._workers.get(w.index) is w and (kept := [i for i in idents if i in w.assigned])]
+        wheres = late_progress([(w.actor, idents) for w, idents in asked])  # all at once, one deadline
+        now = time.monotonic()  # those not late yet are asked again when they are
+        late = [(w, ident, *where.get(ident, (None, {}))) for (w, idents), where in zip(asked, wheres)
+                for ident in idents if w.started[ident].elapsed(now) > limit]
         timeout = TaskTimeout(f"attempt ran past --task-timeout {limit:g}s; worker actor killed")
         pools = {w.node_id: self._pool_of(w.node_id) for w, *_ in late}
         pools = {node_id: None if pool is None else RayPool(pool) for node_id, pool in pools.items()}
