@@ -182,10 +182,11 @@ def test_a_run_id_outside_the_rule_is_refused_by_every_mode(tmp_path, mode, data
 
 
 @pytest.mark.parametrize("args, option", [
-    (["report", "RUN", "-o", "-"], "--output"),
+    (["report", "RUN", "-o", "-"], "-o"),  # as typed: it said --output
+    (["report", "RUN", "--output", "-"], "--output"),
     (["compare", "A", "B", "--html", "-"], "--html"),
     (["run", "--mode", "shell", "--data", str(SHELL_TASKS), "--limit", "1", "--junit-xml", "-"], "--junit-xml"),
-], ids=["report", "compare", "run"])
+], ids=["report", "report-long", "compare", "run"])
 def test_a_dash_for_a_file_a_command_writes_is_refused_not_written_as_a_file_named_dash(tmp_path, monkeypatch,
                                                                                          args, option):
     """``report -o -`` wrote the page to a file named '-' (and ``compare --html -`` '-.txt'

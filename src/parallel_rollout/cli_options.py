@@ -193,8 +193,10 @@ class LazyHelpOption(click.Option):
 
 def refuse_stdout(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """The callback of an option naming a file the command writes: ``-`` is refused, exit 2
-    (``check_not_stdout``), instead of written as a file named '-'."""
-    check_not_stdout(param.opts[0], value)
+    (``check_not_stdout``), instead of written as a file named '-'; named as typed (``-o``)
+    where the command notes it (``TypedFlagsCommand``)."""
+    typed = ctx.meta.get(TYPED, {})
+    check_not_stdout(next((typed[opt] for opt in param.opts if opt in typed), param.opts[0]), value)
     return value
 
 

@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from .cli_options import refuse_stdout
+from .cli_options import TypedFlagsCommand, refuse_stdout
 from .config import RunConfig
 from .errors import ConfigError
 from .logs import say
@@ -21,7 +21,7 @@ from .logs import say
 OUTPUT_DIR = RunConfig().output_dir
 
 
-@click.command("report")
+@click.command("report", cls=TypedFlagsCommand)
 @click.argument("run_dir")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), callback=refuse_stdout,
               help="Where to write the page, a file ('-', stdout, is refused; default: RUN_DIR/report.html; "
