@@ -198,3 +198,17 @@ def test_a_run_config_mode_that_does_not_import_is_refused_as_the_scheduler_is_m
     engine stopped, and the scheduler was handed back as if whole. run() refuses the mode."""
     message = _refused(tmp_path, server, schedulers, mode="gymm")
     assert message.startswith("RunConfig: unknown mode 'gymm' (did you mean 'gym'?); known modes: gym,"), message
+
+
+def test_the_concurrency_cut_is_said_in_the_schedulers_words(tmp_path, server, schedulers, caplog):
+    """max_concurrent_rollouts=5 on 2 env loops: the warning that it was cut said it in the
+    CLI's flags (``--max-concurrent-rollouts``, ``--num-rollouts 1 × --envs-per-worker 2``),
+    where the trainer gave the scheduler's argument and EnvManagerConfig's
+    max_env_num_per_worker, and set no flag."""
+    caplog.set_level("WARNING", logger="parallel_rollout")
+    schedulers(rl_config(tmp_path, server, num_rollouts=1), _tags(tmp_path, max_env_num_per_worker=2),
+               max_concurrent_rollouts=5)
+    said = [r.getMessage() for r in caplog.records if "[Concurrency]" in r.getMessage()]
+    assert said == ["[Concurrency] Set max concurrent rollouts to 2, not the 5 asked for by max_concurrent_rollouts: "
+                    "the run has 2 env loops (num_rollouts=1 × EnvManagerConfig.max_env_num_per_worker=2); "
+                    "raise them for more"], said

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..config import RunConfig
 from ..errors import ConfigError
+from ..logs import reworded
 from ..policy_gate import PolicyGate
 from .run_folder import RunFolder
 from .suspension import Suspension
@@ -125,7 +126,8 @@ class SharedEngine:
             engine = Engine(config, folder.run_dir, run_id=run_id, modes=modes, record_sink=sink, hidden=hidden)
             shared = cls(engine, gate, store, folder)
             shared.withhold(task_files)
-            engine.start()
+            with reworded(lambda text: in_the_trainers_words(text, config, envs_per_worker is not None)):
+                engine.start()  # its warnings (a cut max_concurrent_rollouts) said as the trainer set them
         except BaseException:
             if shared is not None:  # the engine may have started its workers
                 shared.stop_or_leave()
@@ -278,3 +280,14 @@ def gate_host(run_config: RunConfig) -> str | None:
     from ..backends.ray_cluster import driver_ip
 
     return driver_ip(run_config.ray_address)
+
+
+def in_the_trainers_words(text: str, config: RunConfig, loops_of_env_config: bool) -> str:
+    """A warning of the engine's start with its CLI flags said as the trainer set them: the
+    RunConfig's fields and the scheduler's max_concurrent_rollouts as keywords, the env loops
+    per worker as ``EnvManagerConfig.max_env_num_per_worker`` when that set them."""
+    from ..call_spelling import as_called
+    from .config import given_settings
+
+    said = as_called(text, given_settings(config))
+    return said.replace("envs_per_worker=", "EnvManagerConfig.max_env_num_per_worker=") if loops_of_env_config else said
