@@ -317,6 +317,14 @@ def test_print_config_shows_the_resolved_settings_and_runs_nothing(tmp_path):
     assert bad.exit_code == 2 and "needs --use-vm-pool" in bad.output
 
 
+def _print_config_warnings() -> tuple[list[str], dict]:
+    """``run --print-config`` in this environment: its warnings' lines and the settings."""
+    result = CliRunner().invoke(main, ["run", "--print-config"])
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.output.splitlines() if line.startswith("Warning:")]
+    return warnings, json.loads(result.output[result.output.index("{"):])
+
+
 def test_a_misspelt_variable_is_named_with_the_flag_it_resembles(tmp_path, monkeypatch):
     """PARALLEL_ROLLOUT_NUM_VM (for ..._NUM_VMS) would leave --num-vms at its default in
     silence: the run warns, naming it and the closest name; a setting a provider reads and a
@@ -324,11 +332,19 @@ def test_a_misspelt_variable_is_named_with_the_flag_it_resembles(tmp_path, monke
     monkeypatch.setenv("PARALLEL_ROLLOUT_NUM_VM", "3")
     monkeypatch.setenv("PARALLEL_ROLLOUT_QEMU_DIR", str(tmp_path))
     monkeypatch.setenv("PARALLEL_ROLLOUT_REPORT_OUT", "x")
-    result = CliRunner().invoke(main, ["run", "--print-config"])
-    assert result.exit_code == 0, result.output
-    warnings = [line for line in result.output.splitlines() if line.startswith("Warning:")]
+    warnings, _ = _print_config_warnings()
     assert warnings == ["Warning: PARALLEL_ROLLOUT_NUM_VM is set but is no flag of run nor a setting "
                         "parallel-rollout reads: ignored (did you mean PARALLEL_ROLLOUT_NUM_VMS?)"]
+
+
+def test_a_variable_named_after_a_config_file_key_without_a_flag_says_where_to_set_it(tmp_path, monkeypatch):
+    """min-free-disk-mb is a config-file key with no flag: PARALLEL_ROLLOUT_MIN_FREE_DISK_MB was
+    warned of as no setting parallel-rollout reads, 'did you mean PARALLEL_ROLLOUT_NODE_DIR?'."""
+    monkeypatch.setenv("PARALLEL_ROLLOUT_MIN_FREE_DISK_MB", "0")
+    warnings, settings = _print_config_warnings()
+    assert warnings == ["Warning: PARALLEL_ROLLOUT_MIN_FREE_DISK_MB is set but is not read: min-free-disk-mb has no "
+                        "flag, so no variable; set it in the --config file (min-free-disk-mb = …); ignored"]
+    assert settings["min_free_disk_mb"] == 512
 
 
 def test_every_variable_the_code_reads_is_known_to_the_warning():

@@ -16,6 +16,7 @@ flags from ``PARALLEL_ROLLOUT_<FLAG>`` environment variables, and OSWorld's spel
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 from typing import Any, Callable
@@ -25,6 +26,7 @@ from click.core import ParameterSource
 from click.shell_completion import CompletionItem
 
 from .cli_aliases import translate_osworld_flags
+from .config import RunConfig
 from .config_checks import GATE_SYNONYMS, TYPED, check_not_stdout, gate_setting
 from .errors import ConfigError
 from .logs import say
@@ -217,9 +219,15 @@ def unknown_variables(ctx: click.Context, command: click.Command) -> list[str]:
     # a flag's other name (--num-workers): its variable's nearest was another flag's (NUM_VMS)
     lines = unread_alias_variables(ctx, command)
     said = {line.split(" ", 1)[0] for line in lines}
+    keys = {field.name for field in dataclasses.fields(RunConfig)} - {"explicit", "sources"}
     for name in sorted(os.environ):
         if name.startswith(prefix) and name not in known | said and not name.startswith(others):
-            gate = GATE_SYNONYMS.get(name[len(prefix):].lower())
+            key = name[len(prefix):].lower()
+            if key in keys:  # a config-file key with no flag (min-free-disk-mb): its nearest was another variable
+                lines.append(f"{name} is set but is not read: {key.replace('_', '-')} has no flag, so no variable; "
+                             f"set it in the --config file ({key.replace('_', '-')} = …); ignored")
+                continue
+            gate = GATE_SYNONYMS.get(key)
             close = [prefix + gate.upper()] if gate else difflib.get_close_matches(name, known, n=1, cutoff=0.75)
             lines.append(f"{name} is set but is no flag of run nor a setting parallel-rollout reads: "
                          "ignored" + (f" (did you mean {close[0]}?)" if close else ""))
