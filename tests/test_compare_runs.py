@@ -231,13 +231,17 @@ def test_report_and_compare_make_missing_folders_and_name_a_path_they_cannot_wri
     assert made.exit_code == 0, made.output
     assert (tmp_path / "nodir" / "deeper" / "r.html").read_text().startswith("<!DOCTYPE html>")
     (tmp_path / "afile").write_text("a file, not a folder")
+    shown = {}
     for argv, path in ((["report", str(run_dir), "-o", str(tmp_path / "afile" / "r.html")],
                         tmp_path / "afile" / "r.html"),
                        (["compare", str(run_dir), str(run_dir), "--html", "/proc/pr-x.html"], "/proc/pr-x.")):
         result = CliRunner().invoke(main, argv)
         assert result.exit_code == 2, result.output
         assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-        assert f"cannot write {path}" in " ".join(result.output.split())
+        shown[argv[0]] = " ".join(result.output.split())
+        assert f"cannot write {path}" in shown[argv[0]]
+    # why, of the path given: it said "File exists" (mkdir's, of the file on the way)
+    assert f"{tmp_path / 'afile'} is a file, not a folder" in shown["report"]
     assert not list(tmp_path.glob("afile*.tmp"))
     # with --check the verdict is the answer (as run --compare-to's): said, and the exit is its
     # own, not a usage error that a nightly job cannot tell from a wrong flag

@@ -38,8 +38,18 @@ def write_whole(path: str | Path, write: Callable[[Path], object]) -> Path:
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
-        raise CannotWrite(path, exc.strerror or str(exc)) from None
+        raise CannotWrite(path, _why(path, exc)) from None
     return path
+
+
+def _why(path: Path, exc: OSError) -> str:
+    """Why ``path`` could not be written, said of the path given: a folder of it that is a
+    file made mkdir say "File exists" (or "Not a directory") of a path the user never named."""
+    if isinstance(exc, (FileExistsError, NotADirectoryError)):
+        file = next((parent for parent in reversed(path.parents) if parent.exists() and not parent.is_dir()), None)
+        if file is not None:
+            return f"{file} is a file, not a folder"
+    return exc.strerror or str(exc)
 
 
 def write_text_whole(path: str | Path, text: str) -> Path:
