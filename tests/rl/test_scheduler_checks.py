@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from llm_server import LLMServer
 from parallel_rollout.cli import main
-from parallel_rollout.errors import ConfigError
+from parallel_rollout.errors import ConfigError, RolloutError
 from parallel_rollout.rl import EnvManagerConfig, TaskSet
 from rl_support import RIGHT, rl_config, tiny_lakes
 from token_model import write_tokenizer
@@ -212,3 +212,18 @@ def test_the_concurrency_cut_is_said_in_the_schedulers_words(tmp_path, server, s
     assert said == ["[Concurrency] Set max concurrent rollouts to 2, not the 5 asked for by max_concurrent_rollouts: "
                     "the run has 2 env loops (num_rollouts=1 × EnvManagerConfig.max_env_num_per_worker=2); "
                     "raise them for more"], said
+
+
+def test_a_members_failure_in_the_schedulers_error_names_the_run_configs_fields(tmp_path, schedulers):
+    """A server that answers 500 to everything, RunConfig(max_retries=1): the RolloutError's
+    last failure said the member gave up "(--max-retries 1)", a flag the trainer never gave."""
+    failing = LLMServer(policy=lambda body: {"status": 500}).start()
+    try:
+        train = schedulers(rl_config(tmp_path, failing, num_rollouts=1, max_retries=1), _tags(tmp_path),
+                           max_failed_groups=1)
+        with pytest.raises(RolloutError) as caught:
+            train.get_batch(batch_size=2, step=0, timeout=120)
+    finally:
+        failing.stop()
+    message = str(caught.value)
+    assert "gave up after 2 requests for this turn (max_retries=1)" in message and "--" not in message, message

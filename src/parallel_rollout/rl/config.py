@@ -292,6 +292,17 @@ def given_settings(run_config: RunConfig) -> dict[str, Any]:
             if getattr(run_config, name) != getattr(defaults, name)}
 
 
+def in_the_trainers_words(text: str, config: RunConfig, loops_of_env_config: bool = False) -> str:
+    """``text`` of the engine's (a warning of its start, a member's failure) with its CLI flags
+    said as the trainer set them: the RunConfig's fields and the scheduler's
+    max_concurrent_rollouts as keywords (``--max-retries 1`` as ``max_retries=1``), the env
+    loops per worker as ``EnvManagerConfig.max_env_num_per_worker`` when that set them."""
+    from ..call_spelling import as_called
+
+    said = as_called(text, given_settings(config))
+    return said.replace("envs_per_worker=", "EnvManagerConfig.max_env_num_per_worker=") if loops_of_env_config else said
+
+
 def check_tags_use(run_config: RunConfig, task_sets: list[TaskSet]) -> None:
     """What ``run()`` refuses before it starts, of the modes the tags run on the run's
     provider: a setting the trainer gave that no tag's mode and agent uses (``screen_width``

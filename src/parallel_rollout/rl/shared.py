@@ -22,6 +22,7 @@ from ..config import RunConfig
 from ..errors import ConfigError
 from ..logs import reworded
 from ..policy_gate import PolicyGate
+from .config import in_the_trainers_words
 from .run_folder import RunFolder
 from .suspension import Suspension
 
@@ -281,13 +282,3 @@ def gate_host(run_config: RunConfig) -> str | None:
 
     return driver_ip(run_config.ray_address)
 
-
-def in_the_trainers_words(text: str, config: RunConfig, loops_of_env_config: bool) -> str:
-    """A warning of the engine's start with its CLI flags said as the trainer set them: the
-    RunConfig's fields and the scheduler's max_concurrent_rollouts as keywords, the env loops
-    per worker as ``EnvManagerConfig.max_env_num_per_worker`` when that set them."""
-    from ..call_spelling import as_called
-    from .config import given_settings
-
-    said = as_called(text, given_settings(config))
-    return said.replace("envs_per_worker=", "EnvManagerConfig.max_env_num_per_worker=") if loops_of_env_config else said
