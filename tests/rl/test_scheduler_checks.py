@@ -227,3 +227,18 @@ def test_a_members_failure_in_the_schedulers_error_names_the_run_configs_fields(
         failing.stop()
     message = str(caught.value)
     assert "gave up after 2 requests for this turn (max_retries=1)" in message and "--" not in message, message
+
+
+def test_a_model_the_server_does_not_know_is_said_in_the_run_configs_fields(tmp_path, schedulers):
+    """A server whose chat route answers 404 (the endpoint check skipped, check_endpoint=False):
+    get_batch's ConfigError told the trainer to "give --model a name its /models lists or fix
+    --base-url", flags a RunConfig does not have."""
+    refusing = LLMServer(policy=lambda body: {"status": 404, "message": "The model `table` does not exist."}).start()
+    try:
+        train = schedulers(rl_config(tmp_path, refusing, num_rollouts=1), _tags(tmp_path), check_endpoint=False)
+        with pytest.raises(ConfigError) as caught:
+            train.get_batch(batch_size=2, step=0, timeout=120)
+    finally:
+        refusing.stop()
+    message = str(caught.value)
+    assert "give model a name its " in message and "--" not in message, message

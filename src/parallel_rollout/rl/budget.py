@@ -175,8 +175,10 @@ class BatchBudget:
 
         failure = record.get("failure") or {}
         if failure.get("type") in SETTINGS_MISMATCHES:
-            self._settings = ConfigError(f"the run config's settings do not fit the model server: "
-                                         f"{failure.get('message', '')}")
+            said = failure.get("message", "")
+            if self.said_of is not None:  # its --model, --base-url as the RunConfig's fields
+                said = in_the_trainers_words(said, self.said_of)
+            self._settings = ConfigError(f"the run config's settings do not fit the model server: {said}")
 
     def check_settings(self) -> None:
         """Raise, once, what ``settings_failed`` noted."""
