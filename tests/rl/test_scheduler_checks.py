@@ -214,18 +214,25 @@ def test_the_concurrency_cut_is_said_in_the_schedulers_words(tmp_path, server, s
                     "raise them for more"], said
 
 
+def _first_batch_error(tmp_path, schedulers, answer: dict, raised: type[Exception], config: dict | None = None,
+                       **scheduler) -> str:
+    """What the first get_batch raises (``raised``) against a server that gives every request
+    ``answer``; ``config``: more RunConfig fields."""
+    server = LLMServer(policy=lambda body: answer).start()
+    try:
+        train = schedulers(rl_config(tmp_path, server, num_rollouts=1, **(config or {})), _tags(tmp_path), **scheduler)
+        with pytest.raises(raised) as caught:
+            train.get_batch(batch_size=2, step=0, timeout=120)
+    finally:
+        server.stop()
+    return str(caught.value)
+
+
 def test_a_members_failure_in_the_schedulers_error_names_the_run_configs_fields(tmp_path, schedulers):
     """A server that answers 500 to everything, RunConfig(max_retries=1): the RolloutError's
     last failure said the member gave up "(--max-retries 1)", a flag the trainer never gave."""
-    failing = LLMServer(policy=lambda body: {"status": 500}).start()
-    try:
-        train = schedulers(rl_config(tmp_path, failing, num_rollouts=1, max_retries=1), _tags(tmp_path),
-                           max_failed_groups=1)
-        with pytest.raises(RolloutError) as caught:
-            train.get_batch(batch_size=2, step=0, timeout=120)
-    finally:
-        failing.stop()
-    message = str(caught.value)
+    message = _first_batch_error(tmp_path, schedulers, {"status": 500}, RolloutError, {"max_retries": 1},
+                                 max_failed_groups=1)
     assert "gave up after 2 requests for this turn (max_retries=1)" in message and "--" not in message, message
 
 
@@ -233,12 +240,6 @@ def test_a_model_the_server_does_not_know_is_said_in_the_run_configs_fields(tmp_
     """A server whose chat route answers 404 (the endpoint check skipped, check_endpoint=False):
     get_batch's ConfigError told the trainer to "give --model a name its /models lists or fix
     --base-url", flags a RunConfig does not have."""
-    refusing = LLMServer(policy=lambda body: {"status": 404, "message": "The model `table` does not exist."}).start()
-    try:
-        train = schedulers(rl_config(tmp_path, refusing, num_rollouts=1), _tags(tmp_path), check_endpoint=False)
-        with pytest.raises(ConfigError) as caught:
-            train.get_batch(batch_size=2, step=0, timeout=120)
-    finally:
-        refusing.stop()
-    message = str(caught.value)
+    message = _first_batch_error(tmp_path, schedulers, {"status": 404, "message": "The model `table` does not exist."},
+                                 ConfigError, check_endpoint=False)
     assert "give model a name its " in message and "--" not in message, message
