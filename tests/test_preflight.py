@@ -168,6 +168,7 @@ def test_a_broken_task_file_is_named_with_the_rest(tmp_path):
     done = dry_run(tmp_path, "--data", str(data), path=empty_path(tmp_path))
     assert done.returncode == EXIT_USAGE
     assert f"tasks: {data}:2:" in done.stderr and "provider: bubblewrap" in done.stderr
+    assert done.stdout == ""  # no census (the README: no `runnable N of M tasks` line), not an empty line
 
 
 def test_check_endpoint_needs_dry_run(tmp_path):

@@ -374,7 +374,8 @@ def _run(ctx: click.Context, config_file: str | None, dry_run: bool, print_confi
             found = preflight(config, check_endpoint=check_endpoint)
             if found.ok:  # the census stays the last lines, as scripts read it
                 say("preflight passed: " + "; ".join(found.passed), err=True)
-            say("\n".join(found.census))
+            if found.census:  # a task file that does not load has none: no line, not an empty one
+                say("\n".join(found.census))
             if not found.ok:
                 say(found.problem_report(), err=True)
                 sys.exit(EXIT_USAGE)
