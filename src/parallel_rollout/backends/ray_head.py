@@ -173,6 +173,27 @@ def disconnect_lost() -> None:
     _STRANDED.set()
     atexit.unregister(ray.shutdown)
     atexit.register(_let_go)
+    _end_before_ray_s_destructors()
+
+
+def _end_before_ray_s_destructors() -> None:
+    """Have the C library end the process with its status (``_exit``) as soon as the
+    interpreter is finalized, before the C++ destructors of Ray's core worker, which ran under
+    its threads still waiting on the lost head and killed the program with SIGSEGV, its own
+    status lost (a trainer's ``sys.exit(3)`` after get_batch's error, which its scheduler
+    then took for a crash). glibc's ``on_exit`` hands the status over, whether the program
+    returned, raised or called ``sys.exit``; the handlers registered before this one (Ray's,
+    the C++ libraries loaded before) are skipped, Python's own ``atexit`` ones all ran. Not
+    glibc: the interpreter's own end, as before."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        on_exit, end = libc.on_exit, ctypes.cast(libc._exit, ctypes.c_void_p)
+    except (OSError, AttributeError):  # no on_exit (macOS, musl)
+        return
+    on_exit.argtypes, on_exit.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
+    on_exit(end, None)  # called as _exit(status, arg): the arg is ignored
 
 
 def _let_go() -> None:
