@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 import psutil
+import pytest
 
 from conftest import leftover_sandboxes, read_results
 from ray_cluster import cluster, no_leaks, shell_engine, turns  # noqa: F401 - fixtures
@@ -121,6 +122,7 @@ def test_pools_paused_as_the_run_ends_hold_its_end_up_once(cluster, tmp_path, mo
     assert not leftover_sandboxes()
 
 
+@pytest.mark.slow
 def test_late_attempts_of_a_paused_node_are_settled_at_once(cluster, tmp_path):
     """Four worker actors of one node paused (SIGSTOP) with their attempts, and every node's
     attempts past --task-timeout at once: the driver asks every late actor where its attempt
