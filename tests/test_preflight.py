@@ -222,12 +222,13 @@ def test_a_run_checks_min_free_disk_at_start_as_the_dry_run_does(tmp_path):
                            str(data), "--config", str(config), "--output-dir", str(tmp_path / "out"),
                            "--no-progress"], capture_output=True, text=True, timeout=120)
     assert done.returncode == EXIT_USAGE, done.stderr
-    assert "MB free; a run wants at least 100000000 MB (min_free_disk_mb)" in done.stderr, done.stderr
+    # the key as the user set it, where: min_free_disk_mb is its spelling in Python, not here
+    assert f"MB free; a run wants at least 100000000 MB (min-free-disk-mb in {config})" in done.stderr, done.stderr
     assert not (tmp_path / "out").exists()
     dry = dry_run(tmp_path, "--config", str(config))
     assert dry.returncode == EXIT_USAGE
     # the same words (the MB free may move between the two: the disk is shared)
-    message = re.search(r"disk: (.*MB \(min_free_disk_mb\).*)", dry.stderr).group(1)
+    message = re.search(r"disk: (.*MB \(min-free-disk-mb in .*)", dry.stderr).group(1)
     assert re.sub(r"has \d+ MB", "has N MB", message) in re.sub(r"has \d+ MB", "has N MB", done.stderr)
 
 
@@ -258,3 +259,15 @@ def test_a_read_only_output_dir_fails_the_dry_run_as_it_fails_the_run(tmp_path):
             assert done.exit_code == EXIT_USAGE, done.output
             assert f"the folder {ro} is not writable (Read-only file system)" in done.output, done.output
             assert "MB free" not in done.output, done.output
+
+
+def test_the_free_disk_a_run_wants_by_default_names_the_config_key_that_lowers_it(tmp_path):
+    """Not set anywhere (512 MB) and more than a small disk has: the refusal names the config
+    file's key that lowers it (the setting has no flag), not min_free_disk_mb, Python's word."""
+    with small_tmpfs(tmp_path / "small", "1m") as small:
+        for extra in ([], ["--dry-run"]):
+            done = CliRunner().invoke(main, ["run", "--mode", "shell", "--no-progress", "--output-dir",
+                                             str(small / "out"), "--data",
+                                             str(write_tasks(tmp_path / "tasks.jsonl", [shell_task("t0")])), *extra])
+            assert done.exit_code == EXIT_USAGE, done.output
+            assert "a run wants at least 512 MB (min-free-disk-mb in a config file)" in done.output, done.output

@@ -65,6 +65,16 @@ def as_given(cfg: Any, name: str, with_value: bool = False) -> str:
     return f"{flag} {value}" if with_value else flag
 
 
+def key_as_given(cfg: Any, name: str) -> str:
+    """``as_given`` of a setting with no flag (``min_free_disk_mb``); one no one set, as a Python
+    call's keyword, or on the command line as the key that sets it: ``min-free-disk-mb in a config file``."""
+    said = as_given(cfg, name)
+    if said.startswith("--"):  # a flag there is not
+        python = any(source.endswith("()") for source in getattr(cfg, "sources", {}).values())
+        return name if python else f"{name.replace('_', '-')} in a config file"
+    return said
+
+
 def said_if_given(cfg: Any, name: str) -> str | None:
     """``as_given`` of a setting the run was given (a flag, a config file, a variable, a
     call's keyword, a resume's config.json); None for a default, which no one typed."""

@@ -76,10 +76,11 @@ def check_run_folder_writable(output_dir: str, run_dir: Path) -> None:
                           f"--output-dir {output_dir}: cannot write the run folder {run_dir}")
 
 
-def check_free_disk(output_dir: str, min_free_disk_mb: int) -> str:
+def check_free_disk(output_dir: str, min_free_disk_mb: int, said: str = "min_free_disk_mb") -> str:
     """ConfigError unless the folder the run folder goes in (``output_dir`` or its nearest
     existing parent) has ``min_free_disk_mb`` free (one short of it that cannot be written at
-    all is said to be so); else what it has, for the dry run."""
+    all is said to be so), the setting named as ``said`` (``key_as_given``: it has no flag);
+    else what it has, for the dry run."""
     where = Path(output_dir).resolve()
     while not where.exists():
         where = where.parent
@@ -91,7 +92,7 @@ def check_free_disk(output_dir: str, min_free_disk_mb: int) -> str:
         # not as too little free space
         check_writable_folder("--output-dir", str(where / "results.jsonl"), f"--output-dir {output_dir}")
         raise ConfigError(f"{where} has {free_mb} MB free; a run wants at least {min_free_disk_mb} MB "
-                          "(min_free_disk_mb) for its results, trajectories and logs")
+                          f"({said}) for its results, trajectories and logs")
     return f"{free_mb} MB free in {where}"
 
 

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from .agents import get_agent
 from .agents.model_checks import calls_model, check_agent, may_call_model, probe_endpoint
 from .config import RunConfig, data_required
-from .config_checks import said_if_given
+from .config_checks import key_as_given, said_if_given
 from .envs import get_env, run_task_set, with_mode_defaults
 from .errors import ConfigError, ProviderUnavailable
 from .output_checks import check_free_disk
@@ -124,7 +124,8 @@ def preflight(cfg: RunConfig, *, check_endpoint: bool = False) -> Preflight:
     vm_problems = found.problems[vm_from:]
     if cfg.backend == "ray" and cfg.ray_address:
         _check("cluster", lambda: _cluster_reachable(cfg), found)
-    _check("disk", lambda: check_free_disk(cfg.output_dir, cfg.min_free_disk_mb), found)
+    _check("disk", lambda: check_free_disk(cfg.output_dir, cfg.min_free_disk_mb,
+                                           key_as_given(cfg, "min_free_disk_mb")), found)
     if found.ok:
         from .runner import Runner
 

@@ -30,7 +30,7 @@ from .agents import get_agent
 from .agents.episode import EndpointRefused, ModelUnavailable
 from .agents.model_checks import check_agent
 from .config import RunConfig, data_required, default_run_id
-from .config_checks import check_vm_sharing, ignored_vm_settings, said_if_given, sized_for_samples
+from .config_checks import check_vm_sharing, ignored_vm_settings, key_as_given, said_if_given, sized_for_samples
 from .engine import Engine
 from .envs import get_env, run_task_set, with_mode_defaults
 from .envs.registry import answer_like_warnings
@@ -109,7 +109,7 @@ class Runner:
         check_vm_sharing(cfg.envs_per_worker, cfg.use_vm_pool, self.provider_cls is not None)
         if cfg.junit_xml:
             check_writable_folder("--junit-xml", cfg.junit_xml)
-        check_free_disk(cfg.output_dir, cfg.min_free_disk_mb)  # as --dry-run does
+        check_free_disk(cfg.output_dir, cfg.min_free_disk_mb, key_as_given(cfg, "min_free_disk_mb"))  # as --dry-run does
         if cfg.data is None:
             raise ConfigError(data_required(f" (there is no run {cfg.run_id} in {cfg.output_dir} whose "
                                             "settings --resume would read)" if cfg.resume else ""))
