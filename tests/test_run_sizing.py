@@ -105,3 +105,17 @@ def test_a_small_first_run_warns_of_no_worker_count_it_was_never_given(tmp_path,
             assert ("--num-rollouts" in done.output) == ("--config" not in given), done.output
     summary = json.loads((tmp_path / "out" / "real" / "summary.json").read_text())
     assert summary["finished"] == 2 and summary["vm"]["size"] == 2, summary["vm"]
+
+
+@pytest.mark.parametrize("given", [[], ["--num-rollouts", "5"]], ids=["default", "given"])
+def test_with_v_the_pool_a_run_starts_is_said_once(tmp_path, given):
+    """-v said the cut of the worker count twice (the pool sized as the run was prepared, and
+    again as its folder opened), a default's as a typed one's; a dry run's and a resume's too."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(k) for k in "ab"])
+    cut = "boots a VM per worker: 1 samples need 1 workers, so 1 start"
+    flags = ["-v", "--mode", "shell", "--data", str(data), "--run-id", "once", *given]
+    for args in (["--limit", "1", "--dry-run"], ["--limit", "1"],
+                 ["--resume", "--limit", "2", "--dry-run"], ["--resume", "--limit", "2"]):
+        done = cli(tmp_path, *flags, *args)
+        assert done.exit_code == 0, (done.output, done.exception)
+        assert done.output.count(cut) == 1, (args, done.output)

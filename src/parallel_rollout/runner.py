@@ -51,6 +51,11 @@ from .tasks import Sample, expand, unsupported_message
 
 log = logging.getLogger("parallel_rollout")
 
+
+def _unsaid(*args: Any) -> None:
+    """A sizing's cut not said: the other sizing of the same pool says it."""
+
+
 #: how long the main thread waits for the engine between checks of signals and progress
 _TICK_S = 0.2
 #: seconds between progress lines in the log when there is no progress bar
@@ -151,7 +156,7 @@ class Runner:
         # sized by the run's samples here (its checks made before the folder opens), by those
         # left to run once it is open (``_size_engine``: a resume's may be fewer, and are said there)
         try:
-            self.engine = self._engine(self._vms_used(cfg, len(samples), warn=not cfg.resume))
+            self.engine = self._engine(self._vms_used(cfg, len(samples), said=not cfg.resume))
         except ProviderUnavailable as exc:
             # a resume of a run that has ended needs no VM: its summary and gates are had
             # without the daemon or a guest image rebuilt since (a cron job's second try)
@@ -189,15 +194,19 @@ class Runner:
         run with 1 sample left booted the whole pool (the engine is not started yet). A resume
         says its pool here alone, of the samples it has left (its log said the run's first)."""
         said = self.config.resume
-        sized = self._vms_used(self.config, to_run, warn=said)
+        # a first run's pool was said as it was prepared: sized again unsaid (-v showed it twice)
+        sized = self._vms_used(self.config, to_run, said=said)
         if (sized.num_vms, sized.num_rollouts) != (self.engine.config.num_vms, self.engine.config.num_rollouts):
             self.engine = self._engine(sized if said else self._vms_used(self.config, to_run))  # said, this time
 
-    def _vms_used(self, cfg: RunConfig, samples: int, warn: bool = True) -> RunConfig:
+    def _vms_used(self, cfg: RunConfig, samples: int, said: bool = True) -> RunConfig:
         """The engine's config: no more workers and VMs than ``samples`` can use at once
-        (``config_checks.sized_for_samples``: warned, or logged when ``warn`` is False; the
-        cut of a setting never given, its default, is logged only, a first run's as a resume's)."""
-        return sized_for_samples(cfg, samples, self.provider_cls, log.warning if warn else log.debug, log.debug)
+        (``config_checks.sized_for_samples``: warned; the cut of a setting never given, its
+        default, logged only, a first run's as a resume's). ``said`` False: not said at all,
+        where the other sizing of the same pool says it (once, even with -v)."""
+        if not said:
+            return sized_for_samples(cfg, samples, self.provider_cls, _unsaid)
+        return sized_for_samples(cfg, samples, self.provider_cls, log.warning, log.debug)
 
     def _folder(self) -> RunFolder:
         """The run folder, as this run's settings (after ``prepare``) see it."""
@@ -210,7 +219,7 @@ class Runner:
         folder = self._folder()
         said = folder.describe(self._keys(samples))
         finished = finished_keys(folder.finals)
-        self._vms_used(self.config, sum(s.key not in finished for s in samples), warn=self.config.resume)
+        self._vms_used(self.config, sum(s.key not in finished for s in samples), said=self.config.resume)
         return said
 
     def _keys(self, samples: list[Sample]) -> set[str]:
