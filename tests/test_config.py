@@ -285,7 +285,7 @@ def test_headless_where_no_vm_opens_a_window_is_warned_of(tmp_path):
     assert shell.exit_code == 0 and "--headless is not used by this run: the process provider's VMs open no window" in (
         said), shell.output
     # the hypervisors' VMs open one (their preflight stops before the run's preparation here)
-    from parallel_rollout.config_checks import ignored_vm_settings
+    from parallel_rollout.pool_sizing import ignored_vm_settings
     from parallel_rollout.pool.providers import PROVIDERS, get_provider
 
     given = RunConfig(mode="shell", headless=True, explicit=frozenset({"headless"}))

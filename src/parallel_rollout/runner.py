@@ -30,7 +30,7 @@ from .agents import get_agent
 from .agents.episode import EndpointRefused, ModelUnavailable
 from .agents.model_checks import check_agent
 from .config import RunConfig, data_required, default_run_id
-from .config_checks import check_vm_sharing, ignored_vm_settings, key_as_given, said_if_given, sized_for_samples
+from .config_checks import check_vm_sharing, key_as_given, said_if_given
 from .engine import Engine
 from .envs import get_env, run_task_set, with_mode_defaults
 from .envs.registry import answer_like_warnings
@@ -43,6 +43,7 @@ from .output_checks import check_free_disk, check_writable_folder
 from .plugins import plugin_call
 from .pool.providers import run_provider
 from .pool.providers.common import check_name
+from .pool_sizing import ignored_vm_settings, sized_for_samples
 from .records import unsupported_record
 from .results import ResultStore, ServerNotes, StorageError
 from .run_end import RunOutcome, finish_run, resume_command, signal_after_the_end
@@ -201,7 +202,7 @@ class Runner:
 
     def _vms_used(self, cfg: RunConfig, samples: int, said: bool = True) -> RunConfig:
         """The engine's config: no more workers and VMs than ``samples`` can use at once
-        (``config_checks.sized_for_samples``: warned; the cut of a setting never given, its
+        (``pool_sizing.sized_for_samples``: warned; the cut of a setting never given, its
         default, logged only, a first run's as a resume's). ``said`` False: not said at all,
         where the other sizing of the same pool says it (once, even with -v)."""
         if not said:

@@ -1,0 +1,82 @@
+"""The VMs and workers a run starts, as its samples need them, and the VM settings it was
+given that it has no use for. ``Runner.prepare`` sizes the engine by the run's samples
+(``sized_for_samples``, again by those a resume has left once its folder opens: each cut
+said once) and warns of the ignored settings; ``config.json`` keeps what was asked for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from .config_checks import as_given
+
+
+#: the VMs' settings a run whose VMs do not use them ignores, with a warning (the rest are refused)
+_VM_TUNABLES = frozenset({"spare_vms", "verify_reset", "boot_timeout_s", "max_vm_replacements", "headless"})
+
+
+def ignored_vm_settings(cfg: Any, provider_cls: Any) -> list[tuple[str, str, str]]:
+    """(the setting as said, why the run ignores it, its name) of each VM setting given to a
+    run that has no use for it: any in a mode that runs in no VM (``provider_cls`` None),
+    --headless where the provider's VMs open no window (process, docker, qemu, remote)."""
+    given = sorted(_VM_TUNABLES & cfg.explicit)
+    if provider_cls is not None:
+        given = [] if provider_cls.opens_windows or "headless" not in given else ["headless"]
+    why = (f"the {provider_cls.name} provider's VMs open no window" if provider_cls is not None
+           else f"the {cfg.mode} mode runs in no VM")
+    return [(name if name == "max_vm_replacements" else "--" + name.replace("_", "-"), why, name) for name in given]
+
+
+def sized_for_samples(cfg: Any, samples: int, provider_cls: Any, say: Callable[..., None],
+                      unasked: Callable[..., None] | None = None) -> Any:
+    """``cfg`` for a run of ``samples``: no more VMs than can be used at once, and no more
+    workers than the samples keep busy, ceil(samples / K) (idle loops started for nothing: 300
+    workers for one sample took 8 s and a process each), each cut ``say``-ed (config.json
+    keeps the ask). Given ``unasked`` (the runner's: a debug log), the cut of a setting the run
+    was never given (its default, not in ``cfg.explicit``) is said by it instead: the samples
+    decide the pool, and '--num-rollouts 5 … so 1 start' of a flag never typed, warned at each
+    small run or resume, was nothing to act on."""
+    if samples < 1:
+        return cfg
+
+    def tell(name: str) -> Callable[..., None]:
+        return say if unasked is None or name in cfg.explicit else unasked
+
+    if provider_cls is not None:
+        cfg = _vms_for_samples(cfg, samples, provider_cls, tell)
+    busy = -(-samples // cfg.envs_per_worker)
+    if cfg.num_rollouts > busy and (provider_cls is None or cfg.use_vm_pool):
+        tell("num_rollouts")("%s: %d samples keep at most %d workers of %d env loops busy, so %d start%s",
+                             as_given(cfg, "num_rollouts", with_value=True), samples, busy, cfg.envs_per_worker, busy,
+                             " on each node" if cfg.backend == "ray" else "")
+        # a limit the loops left now meet is no limit of theirs (said as a cut otherwise)
+        limit = cfg.max_concurrent_rollouts
+        cfg = dataclasses.replace(cfg, num_rollouts=busy, max_concurrent_rollouts=None if (
+            limit or 0) >= busy * cfg.envs_per_worker else limit)
+    return cfg
+
+
+def _vms_for_samples(cfg: Any, samples: int, provider_cls: Any,
+                     tell: Callable[[str], Callable[..., None]]) -> Any:
+    """No more VMs than ``samples`` can use at once. On ray the bound is a node's: each
+    node's pool serves its own node's N workers; one pool leased from every node (remote VMs)
+    is bounded by the samples and --max-concurrent-rollouts only, the cluster's loops being
+    unknown until it is joined."""
+    per_node = cfg.backend == "ray" and not getattr(provider_cls, "reachable_from_any_node", False)
+    if cfg.backend == "ray" and not per_node:  # one pool, leased from every node: their loops are unknown yet
+        limit = cfg.max_concurrent_rollouts
+        usable, why = min(limit or samples, samples), f", --max-concurrent-rollouts {limit}" if limit else ""
+    else:
+        usable, why = min(cfg.concurrency, samples), f", {cfg.concurrency} env loops"
+    a_node, each_node = (" on a node", " on each node") if per_node else ("", "")
+    if cfg.use_vm_pool and cfg.num_vms > usable:
+        tell("num_vms")("%s: at most %d rollouts run at once%s (%d samples%s), so %d VMs are booted%s",
+                        as_given(cfg, "num_vms", with_value=True), usable, a_node, samples, why, usable, each_node)
+        return dataclasses.replace(cfg, num_vms=usable)
+    if not cfg.use_vm_pool and cfg.num_rollouts > samples:
+        tell("num_rollouts")("%s without --use-vm-pool boots a VM per worker: %d samples need %d "
+                             "workers, so %d start%s", as_given(cfg, "num_rollouts", with_value=True), samples, samples, samples,
+                             " on each node" if cfg.backend == "ray" else "")
+        return dataclasses.replace(cfg, num_rollouts=samples)
+    return cfg
