@@ -119,3 +119,21 @@ def test_with_v_the_pool_a_run_starts_is_said_once(tmp_path, given):
         done = cli(tmp_path, *flags, *args)
         assert done.exit_code == 0, (done.output, done.exception)
         assert done.output.count(cut) == 1, (args, done.output)
+
+
+@pytest.mark.parametrize("pool", [["--use-vm-pool"], []], ids=["pool", "a-vm-per-worker"])
+def test_a_limit_above_the_loops_asked_for_is_said_cut_when_the_samples_cut_the_workers(tmp_path, pool):
+    """--max-concurrent-rollouts 40 over --num-rollouts 10 on 6 samples: the README's 'more than
+    N×K is cut to N×K, with a warning' said nothing with the pool (the limit was dropped with
+    the workers cut to 6), and without it named '--num-rollouts 6', a count never typed ('raise
+    them for more': more would not run). Said once, in the counts as typed."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(f"t{i}") for i in range(6)])
+    done = cli(tmp_path, "--mode", "shell", "--data", str(data), "--run-id", "lim", "--num-rollouts", "10",
+               "--max-concurrent-rollouts", "40", *pool)
+    assert done.exit_code == 0, (done.output, done.exception)
+    said = ("--max-concurrent-rollouts 40 is more than the 10 env loops asked for (--num-rollouts 10 × "
+            "--envs-per-worker 1): cut to them, and to the 6 the samples keep busy")
+    assert done.output.count(said) == 1, done.output
+    assert "--num-rollouts 6" not in done.output and "raise them for more" not in done.output, done.output
+    summary = json.loads((tmp_path / "out" / "lim" / "summary.json").read_text())
+    assert summary["finished"] == 6, summary

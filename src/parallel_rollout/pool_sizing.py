@@ -43,6 +43,7 @@ def sized_for_samples(cfg: Any, samples: int, provider_cls: Any, say: Callable[.
     def tell(name: str) -> Callable[..., None]:
         return say if unasked is None or name in cfg.explicit else unasked
 
+    asked = cfg
     if provider_cls is not None:
         cfg = _vms_for_samples(cfg, samples, provider_cls, tell)
     busy = -(-samples // cfg.envs_per_worker)
@@ -50,11 +51,26 @@ def sized_for_samples(cfg: Any, samples: int, provider_cls: Any, say: Callable[.
         tell("num_rollouts")("%s: %d samples keep at most %d workers of %d env loops busy, so %d start%s",
                              as_given(cfg, "num_rollouts", with_value=True), samples, busy, cfg.envs_per_worker, busy,
                              " on each node" if cfg.backend == "ray" else "")
-        # a limit the loops left now meet is no limit of theirs (said as a cut otherwise)
-        limit = cfg.max_concurrent_rollouts
-        cfg = dataclasses.replace(cfg, num_rollouts=busy, max_concurrent_rollouts=None if (
-            limit or 0) >= busy * cfg.envs_per_worker else limit)
-    return cfg
+        cfg = dataclasses.replace(cfg, num_rollouts=busy)
+    return _limit_of_fewer_workers(asked, cfg, tell)
+
+
+def _limit_of_fewer_workers(asked: Any, sized: Any, tell: Callable[[str], Callable[..., None]]) -> Any:
+    """``sized`` (the workers cut to the samples) with the --max-concurrent-rollouts asked for:
+    one above the env loops asked for is said cut to them, as every run's is, in the counts as
+    given (the engine would say it of the loops left, '--num-rollouts 6', a count never typed,
+    or, with the pool, not at all); one the loops left all meet is no limit of theirs, dropped."""
+    limit = asked.max_concurrent_rollouts
+    if limit is None or sized.num_rollouts == asked.num_rollouts:
+        return sized
+    loops, left = asked.num_rollouts * asked.envs_per_worker, sized.num_rollouts * sized.envs_per_worker
+    if limit > loops:
+        tell("max_concurrent_rollouts")(
+            "%s is more than the %d env loops asked for (%s × %s%s): cut to them, and to the %d the samples keep busy",
+            as_given(asked, "max_concurrent_rollouts", with_value=True), loops,
+            as_given(asked, "num_rollouts", with_value=True), as_given(asked, "envs_per_worker", with_value=True),
+            " per node" if asked.backend == "ray" else "", left)
+    return dataclasses.replace(sized, max_concurrent_rollouts=None) if limit >= left else sized
 
 
 def _vms_for_samples(cfg: Any, samples: int, provider_cls: Any,
