@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 import os
 from typing import Any, Callable
 
@@ -29,7 +30,7 @@ from .cli_aliases import translate_osworld_flags
 from .config import RunConfig
 from .config_checks import GATE_SYNONYMS, TYPED, check_not_stdout, gate_setting
 from .errors import ConfigError
-from .logs import say
+from .logs import NOT_ON_CONSOLE, PROJECT_LOGGER, keep_until_the_run_log, say
 from .provenance import program
 
 #: the prefix of every flag's environment variable: PARALLEL_ROLLOUT_<FLAG> for run's flags
@@ -351,6 +352,7 @@ class RunCommand(click.Command):
         """Translate OSWorld's flags, then parse; an invalid value read from the environment
         says which variable held it, one typed in another spelling (OSWorld's, an alias) the
         flag as typed."""
+        keep_until_the_run_log()
         args, typed = translate_osworld_flags(args, flag_aliases(self))
         ctx.meta[TYPED] = typed
         try:
@@ -374,6 +376,7 @@ class RunCommand(click.Command):
             raise
         for line in unknown_variables(ctx, self):
             say(f"Warning: {line}", err=True)
+            logging.getLogger(PROJECT_LOGGER).warning("%s", line, extra=NOT_ON_CONSOLE)  # for run.log
         return rest
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

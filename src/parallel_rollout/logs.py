@@ -441,13 +441,38 @@ _raised_from: list[int] = []
 _RUN_LOGS = threading.Lock()
 
 
+class _BeforeTheRunLog(logging.Handler):
+    """The warnings a command said before its run's folder opened (a cut worker count, a
+    variable nothing reads, a setting not used), which its run.log writes first when it opens:
+    a cron job's run.log, read the next day, had none of them."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not any(isinstance(h, _RunLog) for h in logging.getLogger(PROJECT_LOGGER).handlers):
+            self.kept.append(record)
+
+
+_BEFORE = _BeforeTheRunLog(logging.WARNING)
+_BEFORE.kept: list[logging.LogRecord] = []
+
+
+def keep_until_the_run_log() -> None:
+    """A CLI command begins: its warnings are kept for the run.log it may open, an earlier
+    command's forgotten (one process runs several: CliRunner, an embedding program)."""
+    _BEFORE.kept = []
+    logging.getLogger(PROJECT_LOGGER).addHandler(_BEFORE)  # once: a handler is added once
+
+
 def run_log_handler(path: Any) -> logging.Handler:
     """The handler of a run's ``run.log``, on the project's logger, which is made to keep
-    INFO (DEBUG stays when ``-v`` asked for it) while a run.log is open."""
+    INFO (DEBUG stays when ``-v`` asked for it) while a run.log is open; it begins with the
+    warnings said before it opened (``keep_until_the_run_log``)."""
     handler = _RunLog(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter(RUN_LOG_FORMAT))
     project = logging.getLogger(PROJECT_LOGGER)
     with _RUN_LOGS:
+        kept, _BEFORE.kept = _BEFORE.kept, []
+        for record in kept:
+            handler.handle(record)
         project.addHandler(handler)
         if project.getEffectiveLevel() > logging.INFO:
             _raised_from.append(project.level)

@@ -1,0 +1,51 @@
+"""run.log begins with the warnings said before the run's folder opened, as a cron job's
+console said them (a variable nothing reads, a setting not used, a cut worker count): read the
+next day, run.log had none of them (logs.keep_until_the_run_log)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import shell_task, write_tasks
+from parallel_rollout.cli import main
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
+WARNED = ("PARALLEL_ROLLOUT_NUM_ROLOUTS is set but is no flag of run nor a setting parallel-rollout reads",
+          "--headless is not used by this run: the process provider's VMs open no window; it is ignored",
+          "--num-rollouts 4 without --use-vm-pool boots a VM per worker: 1 samples need 1 workers, so 1 start")
+
+
+def test_the_warnings_before_the_run_folder_opens_are_in_run_log(tmp_path):
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("t0")])
+    done = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "run", "--mode", "shell", "--data", str(data),
+                           "--output-dir", str(tmp_path / "out"), "--run-id", "cron", "--no-progress",
+                           "--num-rollouts", "4", "--headless"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PARALLEL_ROLLOUT_NUM_ROLOUTS": "3"})
+    assert done.returncode == 0, done.stderr
+    run_log = (tmp_path / "out" / "cron" / "run.log").read_text()
+    for said in WARNED:
+        assert done.stderr.count(said) == 1, done.stderr  # on the console once, as before
+        assert run_log.count(said) == 1 and f"WARNING MainProcess parallel_rollout: {said}" in run_log, run_log
+    # in the order they were said, before the run's first line
+    at = [run_log.index(said) for said in WARNED]
+    assert at == sorted(at) and at[-1] < run_log.index("1 samples, 0 already final"), run_log
+
+
+def test_a_run_log_has_no_warning_of_an_earlier_command(tmp_path):
+    """Two commands in one process (CliRunner, a program that embeds the CLI): the second
+    run's run.log keeps its own warnings, not a dry run's before it."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("t0")])
+    args = ["run", "--mode", "shell", "--data", str(data), "--output-dir", str(tmp_path / "out"), "--no-progress"]
+    dry = CliRunner().invoke(main, [*args, "--headless", "--dry-run"])
+    assert dry.exit_code == 0 and WARNED[1] in dry.output, dry.output
+    done = CliRunner().invoke(main, [*args, "--run-id", "second", "--num-rollouts", "4"])
+    assert done.exit_code == 0, (done.output, done.exception)
+    run_log = (tmp_path / "out" / "second" / "run.log").read_text()
+    assert WARNED[2] in run_log and "--headless" not in run_log, run_log
