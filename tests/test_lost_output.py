@@ -77,10 +77,23 @@ def a_run(tmp_path_factory, tasks):
 @pytest.mark.parametrize("where", ["full", "gone"])
 def test_runs_list_report_and_sweep_keep_their_status_when_their_lines_are_lost(tmp_path, a_run, where):
     """The other commands' lines, lost as a run's are: exit 0, their work done (the page
-    written). A full disk was a traceback and exit 1; a reader gone exit 1."""
-    assert lost(where, "runs", "list", "--output-dir", str(a_run)).returncode == 0
-    assert lost(where, "runs", "list", "--json", "--output-dir", str(a_run)).returncode == 0
+    written). A full disk was a traceback and exit 1; a reader gone exit 1. ``runs list``'s
+    lines are its answer: on a full disk it fails (1), not an empty list with 0."""
+    listed = 1 if where == "full" else 0
+    assert lost(where, "runs", "list", "--output-dir", str(a_run)).returncode == listed
+    assert lost(where, "runs", "list", "--json", "--output-dir", str(a_run)).returncode == listed
     page = tmp_path / "page.html"
     assert lost(where, "report", str(a_run / "r"), "-o", str(page)).returncode == 0
     assert page.stat().st_size > 0
     assert lost(where, "vms", "sweep", "--run-id", "r").returncode == 0
+
+
+def test_runs_list_on_a_full_disk_says_its_answer_was_not_written(a_run):
+    """A scheduler's `runs list > runs.txt` on a full disk: exit 1 and why on stderr, where it
+    exited 0 with an empty file, read as no runs."""
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "parallel_rollout", "runs", "list", "--output-dir", str(a_run)],
+                              stdin=subprocess.DEVNULL, stdout=full, stderr=subprocess.PIPE, text=True, env=ENV,
+                              timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    assert "the answer could not be written to standard output: No space left on device" in proc.stderr

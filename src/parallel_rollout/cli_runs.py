@@ -107,9 +107,9 @@ def runs_list(output_dir: str, as_json: bool) -> None:
     lines = list_runs(output_dir)
     if as_json:
         for line in lines:
-            say(json.dumps(line.to_json()))
+            say(json.dumps(line.to_json()), answer=True)
     else:
-        say(format_runs(lines))
+        say(format_runs(lines), answer=True)
 
 
 @runs.command("export-osworld")

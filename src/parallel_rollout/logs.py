@@ -312,10 +312,12 @@ def devnull_for_closed_streams() -> None:
     os.close(fd)
 
 
-def say(text: str, err: bool = False) -> None:
+def say(text: str, err: bool = False, answer: bool = False) -> None:
     """``click.echo`` for every command: a reader gone or a full disk loses the line (a run's
-    summary, its resume hint, a warning at its start, ``runs list``'s table), not the run nor
-    the exit status."""
+    summary, its resume hint, a warning at its start), not the run nor the exit status.
+    ``answer``: the line is the command's whole answer (``runs list``'s table or JSON), which a
+    full disk must not turn into an empty list read as "no runs": exit 1 then, said on stderr
+    (a reader gone, ``runs list | head -1``, is still no error)."""
     import click
 
     try:
@@ -324,6 +326,9 @@ def say(text: str, err: bool = False) -> None:
         if not output_lost(exc):
             raise
         lose_output(sys.stderr if err else sys.stdout)
+        if answer and not isinstance(exc, BrokenPipeError):
+            raise click.ClickException(f"the answer could not be written to standard output: "
+                                       f"{exc.strerror or exc}") from None
 
 
 def shown_on_stderr(show: Callable[[], None]) -> Callable[[], None]:
