@@ -61,15 +61,15 @@ def _limit_of_fewer_workers(asked: Any, sized: Any, tell: Callable[[str], Callab
     given (the engine would say it of the loops left, '--num-rollouts 6', a count never typed,
     or, with the pool, not at all); one the loops left all meet is no limit of theirs, dropped."""
     limit = asked.max_concurrent_rollouts
-    if limit is None or sized.num_rollouts == asked.num_rollouts:
+    # on ray the limit is the cluster's and the loops a node's: it stays, the engine says it
+    if limit is None or sized.num_rollouts == asked.num_rollouts or asked.backend == "ray":
         return sized
     loops, left = asked.num_rollouts * asked.envs_per_worker, sized.num_rollouts * sized.envs_per_worker
     if limit > loops:
         tell("max_concurrent_rollouts")(
-            "%s is more than the %d env loops asked for (%s × %s%s): cut to them, and to the %d the samples keep busy",
+            "%s is more than the %d env loops asked for (%s × %s): cut to them, and to the %d the samples keep busy",
             as_given(asked, "max_concurrent_rollouts", with_value=True), loops,
-            as_given(asked, "num_rollouts", with_value=True), as_given(asked, "envs_per_worker", with_value=True),
-            " per node" if asked.backend == "ray" else "", left)
+            as_given(asked, "num_rollouts", with_value=True), as_given(asked, "envs_per_worker", with_value=True), left)
     return dataclasses.replace(sized, max_concurrent_rollouts=None) if limit >= left else sized
 
 

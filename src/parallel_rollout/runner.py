@@ -115,7 +115,8 @@ class Runner:
         check_vm_sharing(cfg.envs_per_worker, cfg.use_vm_pool, self.provider_cls is not None)
         if cfg.junit_xml:
             check_writable_folder("--junit-xml", cfg.junit_xml)
-        check_free_disk(cfg.output_dir, cfg.min_free_disk_mb, key_as_given(cfg, "min_free_disk_mb"))  # as --dry-run does
+        # as --dry-run does
+        check_free_disk(cfg.output_dir, cfg.min_free_disk_mb, key_as_given(cfg, "min_free_disk_mb"))
         if cfg.data is None:
             raise ConfigError(data_required(f" (there is no run {cfg.run_id} in {cfg.output_dir} whose "
                                             "settings --resume would read)" if cfg.resume else ""))
