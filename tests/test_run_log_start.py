@@ -49,3 +49,23 @@ def test_a_run_log_has_no_warning_of_an_earlier_command(tmp_path):
     assert done.exit_code == 0, (done.output, done.exception)
     run_log = (tmp_path / "out" / "second" / "run.log").read_text()
     assert WARNED[2] in run_log and "--headless" not in run_log, run_log
+
+
+def test_the_warnings_kept_for_a_run_log_that_never_opens_are_bounded(tmp_path):
+    """A process whose CLI command opened no run.log (an embedding program, a trainer that ran
+    one) keeps at most 1000 warnings for the next run.log, not every warning it ever says."""
+    import logging
+
+    from parallel_rollout import logs
+
+    logs.keep_until_the_run_log()
+    log = logging.getLogger("parallel_rollout.test_bound")
+    for n in range(1500):
+        log.warning("warning %d", n)
+    handler = logs.run_log_handler(tmp_path / "run.log")
+    try:
+        lines = (tmp_path / "run.log").read_text().splitlines()
+    finally:
+        logs.close_run_log(handler)
+        logs.keep_until_the_run_log()  # nothing of this test kept for the next
+    assert len(lines) == 1000 and lines[0].endswith("warning 0") and lines[-1].endswith("warning 999")

@@ -447,13 +447,13 @@ _RUN_LOGS = threading.Lock()
 
 
 class _BeforeTheRunLog(logging.Handler):
-    """The warnings a command said before its run's folder opened (a cut worker count, a
-    variable nothing reads, a setting not used), which its run.log writes first when it opens:
-    a cron job's run.log, read the next day, had none of them."""
+    """The warnings a command said before its run's folder opened (a cut worker count, a variable
+    nothing reads, a setting not used), which its run.log writes first when it opens."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        if not any(isinstance(h, _RunLog) for h in logging.getLogger(PROJECT_LOGGER).handlers):
-            self.kept.append(record)
+        project = logging.getLogger(PROJECT_LOGGER)
+        if len(self.kept) < 1000 and not any(isinstance(h, _RunLog) for h in project.handlers):
+            self.kept.append(record)  # bounded: a process whose command opened no run.log
 
 
 _BEFORE = _BeforeTheRunLog(logging.WARNING)
