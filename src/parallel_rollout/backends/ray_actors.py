@@ -43,6 +43,7 @@ from ..pool.manager import VMPoolManager
 from ..process_group import lead_group, watch_group
 from ..trajectories import pack_files
 from ..worker import LoopParts, RolloutWorker
+from .ray_pending import answers_within
 
 #: a node's own folder for attempts' files (its disk is not the driver's); the record brings
 #: the trajectory back through Ray either way
@@ -280,23 +281,15 @@ def late_progress(asked: list[tuple[Any, list[tuple[str, int]]]]) -> list[Where]
     nothing for an actor that does not answer by then (one whose agent holds its interpreter,
     its node paused). Asked in turn, N late actors of a stalled node held the engine thread,
     every node's dispatch and results with it, N × PROGRESS_WAIT_S."""
-    import ray
-
     refs: list[Any] = []
     for actor, idents in asked:
         try:
             refs.append(actor.progress.remote(idents))
         except Exception:  # noqa: BLE001 - a dead actor: its records say less, nothing more
             refs.append(None)
-    sent = [ref for ref in refs if ref is not None]
-    done = set(ray.wait(sent, num_returns=len(sent), timeout=PROGRESS_WAIT_S)[0]) if sent else set()
-    found: list[Where] = []
-    for ref in refs:
-        try:
-            found.append((ray.get(ref, timeout=0) or {}) if ref in done else {})
-        except Exception:  # noqa: BLE001 - it died or raised: the record says less, nothing more
-            found.append({})
-    return found
+    # one that died or raised, or did not answer in time: its records say less, nothing more
+    answers = answers_within([ref for ref in refs if ref is not None], PROGRESS_WAIT_S)
+    return [answers.get(ref) or {} for ref in refs]
 
 
 def sweep_here(provider_name: str, run_id: str | None, orphans_only: bool = False) -> list[str]:

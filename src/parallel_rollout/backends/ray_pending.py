@@ -11,7 +11,9 @@ was paused, in a GC pause or behind a stalled network, once per dead worker::
 
 The references are watched with the backend's others (``refs``), so an answer wakes the
 loop; ``finish`` waits on all of them at once at the end of a run, under their own
-deadlines, never one after another. Nothing here imports Ray at load.
+deadlines, never one after another. ``answers_within`` is the same wait for calls the
+thread needs the answers of now (where late actors are, the pools' shutdown and reports): all
+at once, one deadline for all. Nothing here imports Ray at load.
 """
 
 from __future__ import annotations
@@ -76,3 +78,20 @@ class Pending:
             refs = list(self._calls)
             done, _ = ray.wait(refs, num_returns=len(refs), timeout=max(0.0, left))
             self.settle(set(done))  # all answered, or every deadline passed: none left
+
+
+def answers_within(refs: list[Any], wait_s: float, failed: Any = None) -> dict[Any, Any]:
+    """The answers of the calls ``refs`` that ended within ``wait_s``, waited for at once under
+    one deadline (never ``wait_s`` for each), by reference; a call that failed (its actor died,
+    or it raised) answers ``failed``; one still under way is left out."""
+    import ray
+
+    if not refs:
+        return {}
+    answers: dict[Any, Any] = {}
+    for ref in ray.wait(refs, num_returns=len(refs), timeout=wait_s)[0]:
+        try:
+            answers[ref] = ray.get(ref, timeout=0)
+        except Exception:  # noqa: BLE001 - the actor (or its node) died, or it raised
+            answers[ref] = failed
+    return answers

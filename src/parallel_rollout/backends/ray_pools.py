@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .ray_cluster import merge_stats
+from .ray_pending import answers_within
 
 log = logging.getLogger("parallel_rollout")
 
@@ -29,6 +30,8 @@ REPORT_STALE_S = 5.0
 POOL_SHUTDOWN_S = 120.0
 #: the same once the cluster's head is lost (Ray ends the driver soon)
 POOL_SHUTDOWN_HEAD_LOST_S = 10.0
+#: a pool's call that failed: as if it did not answer (``_ask_pools``)
+_FAILED = object()
 
 
 @dataclass
@@ -58,19 +61,14 @@ def take_reports(nodes: Iterable[Node], run_dir: Path, wait_s: float = 0.0) -> N
     appended to the run's, and its stats, kept as the node's ``last_stats``; then ask it again.
     One call a second per node, the events' own: a lost node's last second is lost with it.
     The calls under way are waited for at once: ``wait_s`` for all, not for each."""
-    import ray
-
     nodes = [node for node in nodes if node.pool is not None and node.alive]
-    under_way = [node.report_ref for node in nodes if node.report_ref is not None]
-    ready = set(ray.wait(under_way, num_returns=len(under_way), timeout=wait_s)[0]) if under_way else set()
+    # a pool that died answers nothing: its watch reference says so
+    reports = answers_within([node.report_ref for node in nodes if node.report_ref is not None], wait_s, failed={})
     for node in nodes:
         if node.report_ref is not None:
-            if node.report_ref not in ready:
+            if node.report_ref not in reports:
                 continue
-            try:
-                report = ray.get(node.report_ref)
-            except Exception:  # noqa: BLE001 - the pool died: its watch reference says so
-                report = {}
+            report = reports[node.report_ref]
             if report.get("stats") is not None:
                 node.last_stats, node.last_stats_at = report["stats"], node.report_asked_at
             if report.get("events"):
@@ -182,20 +180,11 @@ def stop_pools(nodes: Iterable[Node], run_dir: Path, head_lost: bool = False) ->
 def _ask_pools(nodes: list[Node], name: str, wait_s: float) -> dict[str, Any]:
     """Each node's pool's ``call(name)`` answer, by node id: every pool asked at once and
     waited for under one deadline; a pool that failed or did not answer in time has none."""
-    import ray
-
     asked: dict[Any, str] = {}
     for node in nodes:
         try:
             asked[node.pool.call.remote(name)] = node.node_id
         except Exception:  # noqa: BLE001 - the pool is gone
             pass
-    answers: dict[str, Any] = {}
-    if not asked:
-        return answers
-    for ref in ray.wait(list(asked), num_returns=len(asked), timeout=wait_s)[0]:
-        try:
-            answers[asked[ref]] = ray.get(ref)
-        except Exception:  # noqa: BLE001 - it failed: as if it did not answer
-            pass
-    return answers
+    answers = answers_within(list(asked), wait_s, failed=_FAILED)
+    return {asked[ref]: answer for ref, answer in answers.items() if answer is not _FAILED}
