@@ -300,6 +300,19 @@ def lose_output(stream: Any) -> None:
     os.close(devnull)
 
 
+def written(write: Callable[[], Any], stream: Any) -> OSError | None:
+    """``write()`` to ``stream`` (stdout or stderr); an output lost (``output_lost``) points the
+    stream at /dev/null (``lose_output``) and is returned, any other error raised."""
+    try:
+        write()
+    except OSError as exc:
+        if not output_lost(exc):
+            raise
+        lose_output(stream)
+        return exc
+    return None
+
+
 def devnull_for_closed_streams() -> None:
     """Open /dev/null (inheritable) on each of the descriptors 0, 1 and 2 that the program
     started with closed (``>&-``, ``2>&-``): else the first file the run opens takes that
@@ -320,27 +333,17 @@ def say(text: str, err: bool = False, answer: bool = False) -> None:
     (a reader gone, ``runs list | head -1``, is still no error)."""
     import click
 
-    try:
-        click.echo(text, err=err)
-    except OSError as exc:
-        if not output_lost(exc):
-            raise
-        lose_output(sys.stderr if err else sys.stdout)
-        if answer and not isinstance(exc, BrokenPipeError):
-            raise click.ClickException(f"the answer could not be written to standard output: "
-                                       f"{exc.strerror or exc}") from None
+    lost = written(lambda: click.echo(text, err=err), sys.stderr if err else sys.stdout)
+    if answer and lost is not None and not isinstance(lost, BrokenPipeError):
+        raise click.ClickException(f"the answer could not be written to standard output: "
+                                   f"{lost.strerror or lost}") from None
 
 
 def shown_on_stderr(show: Callable[[], None]) -> Callable[[], None]:
     """``show`` (click's printing of a usage error to stderr) losing its lines to an output
     gone, as ``say`` does: the status stays the error's own (2), not a traceback's 1."""
     def guarded() -> None:
-        try:
-            show()
-        except OSError as exc:
-            if not output_lost(exc):
-                raise
-            lose_output(sys.stderr)
+        written(show, sys.stderr)
     return guarded
 
 
@@ -348,13 +351,8 @@ def flush_stdout() -> None:
     """Flush what this process printed before it ends (``os._exit`` flushes nothing): a
     stdout closed when the program started (``>&-``: None) has nothing to flush, and one
     whose reader went away loses it."""
-    try:
-        if sys.stdout is not None:
-            sys.stdout.flush()
-    except OSError as exc:
-        if not output_lost(exc):
-            raise
-        lose_output(sys.stdout)
+    if sys.stdout is not None:
+        written(sys.stdout.flush, sys.stdout)
 
 
 class PipeSafeStream:
@@ -378,12 +376,7 @@ class PipeSafeStream:
 
     def flush(self) -> None:
         """Flush, or lose what is buffered once the reader is gone."""
-        try:
-            self.stream.flush()
-        except OSError as exc:
-            if not output_lost(exc):
-                raise
-            lose_output(self.stream)
+        written(self.stream.flush, self.stream)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.stream, name)
