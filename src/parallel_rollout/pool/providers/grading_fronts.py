@@ -288,11 +288,15 @@ def mirrored_masks(masks: list[str]) -> list[str]:
     return found
 
 
+def _code_digest(*paths: str | Path) -> str:
+    """A digest of the code that lays the fronts out (this module's, python_front's …)."""
+    return hashlib.sha256(b"".join(Path(path).read_bytes() for path in paths)).hexdigest()[:16]
+
+
 @functools.lru_cache(maxsize=4)
 def _made_with(python: str) -> tuple[str, ...]:
-    code = b"".join(path.read_bytes() for path in (Path(__file__), Path(python_front.__file__),
-                                                  python_front.ENCODINGS_FRONT))
-    return (python, str(GRADING_BIN), hashlib.sha256(code).hexdigest()[:16], *fronted_programs())
+    digest = _code_digest(__file__, python_front.__file__, python_front.ENCODINGS_FRONT)
+    return (python, str(GRADING_BIN), digest, *fronted_programs())
 
 
 def folder_key(python: str) -> str:
@@ -432,5 +436,4 @@ def image_key() -> tuple[str, ...]:
     """What an image's cache key takes of the fronts: the programs given one and this module's
     code (the fronts' own contents are the guest package's digest): a built image laid out
     otherwise is rebuilt, never silently stale."""
-    code = b"".join(Path(path).read_bytes() for path in (__file__, python_front.__file__))
-    return ("grading-fronts", hashlib.sha256(code).hexdigest()[:16], *fronted_programs())
+    return ("grading-fronts", _code_digest(__file__, python_front.__file__), *fronted_programs())
