@@ -281,4 +281,3 @@ def gate_host(run_config: RunConfig) -> str | None:
     from ..backends.ray_cluster import driver_ip
 
     return driver_ip(run_config.ray_address)
-
