@@ -34,7 +34,6 @@ from __future__ import annotations
 import atexit
 import json
 import logging
-import multiprocessing.util
 import os
 import resource
 import signal
@@ -367,6 +366,8 @@ class GraderPool:
                 # a worker ends as a multiprocessing child, which runs its finalizers, not
                 # atexit: its idle graders would outlive it, their zombies left to a pid 1
                 # that may reap nothing (a container's); a finalizer is of its own process
+                import multiprocessing.util  # here: a grader process (python -m this) needs none
+
                 multiprocessing.util.Finalize(None, self.close, exitpriority=10)
                 self._closer = self._pid
             while self._idle:
