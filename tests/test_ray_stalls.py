@@ -86,6 +86,7 @@ def test_a_dead_worker_s_paused_pool_holds_back_no_other_node(cluster, tmp_path)
     assert not leftover_sandboxes()
 
 
+@pytest.mark.slow  # ~22 s: every pool SIGSTOPped through the run's end; the default run keeps the dead worker's
 def test_pools_paused_as_the_run_ends_hold_its_end_up_once(cluster, tmp_path, monkeypatch):
     """Every node's pool actor paused as the run ends: the pools are asked to shut down at
     once, under one deadline (``POOL_SHUTDOWN_S``, 120 s, shrunk here to 6 s), so the close
