@@ -9,7 +9,9 @@ default ``~/.cache/parallel-rollout/osworld``). Every
 step has a bounded wait; a failing step raises :class:`SetupError` naming the task, the
 step's index and its type. A step's parameter read as a flag (:data:`FLAGS`: ``shell``,
 ``strict``) given a string other than "true" is refused at load: the string reads as true,
-``"shell": "false"`` ran the command in a shell, as OSWorld's own controller does; so is a
+``"shell": "false"`` ran the command in a shell, as OSWorld's own controller does (a flag
+reaches the guest as the boolean it reads as there, ``"shell": "true"`` and ``1`` true, ``null``
+false; a list, an object or another number is refused: surely a mistake); so is a
 parameter the step does not read (``"shel": true`` was ignored, the command run without a
 shell) or one it needs that is missing, which failed only as the step ran, and a value not of
 the kind its code needs (:data:`VALUES`, :mod:`.step_values`: ``"seconds": "two"``, a number
@@ -114,7 +116,11 @@ def substitute(command: Any, values: dict[str, str]) -> Any:
 def run_steps(env, steps: list[dict], what: str) -> None:
     """Run ``steps`` in order; SetupError names the first that fails."""
     for index, step in enumerate(steps, start=1):
-        kind, params = step["type"], dict(step.get("parameters") or {})
+        kind = step["type"]
+        # a flag reaches the guest as what it reads as in OSWorld ("shell": "true", 1, null):
+        # the guest's /execute takes a boolean only
+        params = {key: bool(value) if VALUES[kind].get(key) is FLAG else value
+                  for key, value in (step.get("parameters") or {}).items()}
         try:
             STEPS[kind](env, **params)
         except SetupError:

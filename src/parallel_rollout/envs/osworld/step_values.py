@@ -50,14 +50,25 @@ class Kind:
 
 
 class _Flag:
-    """A value read as a flag (``if shell:``): a string other than "true" reads as true."""
+    """A value read as a flag (``if shell:``), as Python reads it, in OSWorld too: a string
+    other than "true" reads as true, as do a list or an object unless empty (``[false]``
+    too) and a number other than 0; null reads as false (the step's default). Each of these
+    but 0, 1 and null is surely not what its task meant."""
 
     says = "true or false"
 
     @staticmethod
     def problem(value: Any) -> str | None:
         said = flag_problem(value)
-        return f"is {said}" if said else None
+        if said:
+            return f"is {said}"
+        if isinstance(value, (list, dict)):
+            return (f"is {_shown(value)}, which reads as {json.dumps(bool(value))} (a list or an object reads as "
+                    "true unless empty, as in OSWorld): give true or false")
+        if KINDS["number"][0](value) and value not in (0, 1):
+            return (f"is {_shown(value)}, which reads as true (any number but 0 does, as in OSWorld): give true "
+                    "or false")
+        return None
 
 
 @dataclass(frozen=True)
