@@ -59,6 +59,7 @@ thread, or on the thread that calls ``close``, and must not block for long)::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -73,6 +74,7 @@ from .config import RunConfig
 from .doorbell import Doorbell
 from .engine_cancels import EngineCancels
 from .envs import get_env, run_answer_files
+from .logs import reworded
 from .errors import GuestPrerequisiteMissing, PoolClosed, PoolExhausted, RolloutError, VMSettingsMismatch
 from .messages import Assignment
 from .output_checks import EventsFile
@@ -123,8 +125,12 @@ class Engine(EngineCancels):
     def __init__(self, config: RunConfig, run_dir: str | Path, *, run_id: str | None = None,
                  modes: Iterable[str] | None = None, record_sink: Callable[[dict[str, Any]], None] | None = None,
                  stop_on: Callable[[dict[str, Any]], str | None] | None = None, hidden: Iterable[str] = (),
-                 check_provider: bool = True) -> None:
+                 check_provider: bool = True, said: Callable[[str], str] | None = None) -> None:
         self.run_dir = Path(run_dir)
+        #: the front end's words for what the engine says of its own: a record's failure (and the
+        #: retry event quoting it), the engine thread's warnings; an RL scheduler's name the
+        #: trainer's RunConfig fields where the core says the CLI's flags (``--max-retries 1``)
+        self._said = said
         self.run_id = run_id or config.run_id or self.run_dir.name
         # the run id the workers' agents and envs are told (a command agent's read-only folder)
         self.config = config = dataclasses.replace(config, run_id=self.run_id)
@@ -330,6 +336,10 @@ class Engine(EngineCancels):
     # -- the engine thread -----------------------------------------------------------------
 
     def _serve(self) -> None:
+        with reworded(self._said) if self._said is not None else contextlib.nullcontext():
+            self._serve_until_stopped()
+
+    def _serve_until_stopped(self) -> None:
         try:
             while not self._closing and self.error is None:
                 self._dispatch()
@@ -392,6 +402,9 @@ class Engine(EngineCancels):
                 # Cancelled (or a front end's leftover): no record, its VM was released.
                 self._settle(key)
                 return
+        failure = record.get("failure")
+        if self._said is not None and isinstance(failure, dict) and isinstance(failure.get("message"), str):
+            failure["message"] = self._said(failure["message"])
         if record.get("status") in (PoolExhausted.kind, PoolClosed.kind, StorageError.kind,
                                     GuestPrerequisiteMissing.kind, VMSettingsMismatch.kind):
             # Not the sample's fault and not final: a resumed run (with working VMs, with

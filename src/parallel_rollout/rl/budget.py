@@ -53,10 +53,9 @@ import time
 from collections import Counter
 from typing import Any
 
-from ..config import RunConfig
 from ..errors import ConfigError, RolloutError
 from ..records import raised_in
-from .config import check_count, in_the_trainers_words
+from .config import check_count
 
 #: filter_fallback's values
 FILTER_FALLBACKS = ("raise", "partial")
@@ -88,7 +87,7 @@ class BatchBudget:
     """One scheduler's bounds on a ``get_batch`` (see the module docstring)."""
 
     def __init__(self, max_failed_groups: int = 10, max_filtered_groups: int | None = None,
-                 filter_fallback: str = "raise", endpoint: str = "", said_of: RunConfig | None = None) -> None:
+                 filter_fallback: str = "raise", endpoint: str = "") -> None:
         max_failed_groups = check_count("max_failed_groups", max_failed_groups, 1)
         max_filtered_groups = check_count("max_filtered_groups", max_filtered_groups, 0, optional=True)
         if filter_fallback not in FILTER_FALLBACKS:
@@ -97,8 +96,6 @@ class BatchBudget:
         self.max_filtered_groups = max_filtered_groups
         self.filter_fallback = filter_fallback
         self.endpoint = endpoint
-        #: whose settings a member's failure names (its ``--max-retries 1`` said ``max_retries=1``)
-        self.said_of = said_of
         #: groups failed in a row, of them those dropped for a failed member while others
         #: ran (``group_failed``), and the last member failure seen
         self.failed_in_a_row = 0
@@ -161,8 +158,6 @@ class BatchBudget:
         if record.get("status") == "error":  # the agent's or the mode's own code: which error, and where
             where = raised_in(failure)
             said = f"{failure.get('type') or 'error'}: {said[:400]}{f' (at {where})' if where else ''}"
-        if self.said_of is not None:
-            said = in_the_trainers_words(said, self.said_of)
         self.last_failure = f"{record.get('status')}: {said}"[:700]
         self._statuses[str(record.get("status"))] += 1
 
@@ -175,10 +170,9 @@ class BatchBudget:
 
         failure = record.get("failure") or {}
         if failure.get("type") in SETTINGS_MISMATCHES:
-            said = failure.get("message", "")
-            if self.said_of is not None:  # its --model, --base-url as the RunConfig's fields
-                said = in_the_trainers_words(said, self.said_of)
-            self._settings = ConfigError(f"the run config's settings do not fit the model server: {said}")
+            # its message names the RunConfig's fields (the engine's ``said``), not --model
+            self._settings = ConfigError(f"the run config's settings do not fit the model server: "
+                                         f"{failure.get('message', '')}")
 
     def check_settings(self) -> None:
         """Raise, once, what ``settings_failed`` noted."""

@@ -123,7 +123,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
         self.group_filter = group_filter
         #: bounds on a get_batch: its timeout, groups failed in a row, groups filtered (budget)
         self._budget = BatchBudget(max_failed_groups, max_filtered_groups, filter_fallback,
-                                   endpoint=endpoints(run_config.base_url), said_of=run_config)
+                                   endpoint=endpoints(run_config.base_url))
         self.name = check_scheduler_name(name)
         self.seed = whole_number_from("seed", seed, 0, "")
         #: this scheduler's sampling overrides (validation at temperature 0 …), sent with

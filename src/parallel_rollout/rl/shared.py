@@ -124,10 +124,15 @@ class SharedEngine:
                 store.append(record)
                 notes.note(record)  # a fleet's server an attempt left, named once
 
-            engine = Engine(config, folder.run_dir, run_id=run_id, modes=modes, record_sink=sink, hidden=hidden)
+            def said(text: str) -> str:  # the engine's CLI flags as the trainer set them
+                return in_the_trainers_words(text, config, envs_per_worker is not None)
+
+            # its records' failures (results.jsonl, get_batch's errors) and its thread's warnings
+            engine = Engine(config, folder.run_dir, run_id=run_id, modes=modes, record_sink=sink, hidden=hidden,
+                            said=said)
             shared = cls(engine, gate, store, folder)
             shared.withhold(task_files)
-            with reworded(lambda text: in_the_trainers_words(text, config, envs_per_worker is not None)):
+            with reworded(said):
                 engine.start()  # its warnings (a cut max_concurrent_rollouts) said as the trainer set them
         except BaseException:
             if shared is not None:  # the engine may have started its workers

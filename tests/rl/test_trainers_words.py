@@ -1,0 +1,64 @@
+"""What a trainer reads of its RolloutScheduler's engine is in its own words: the records its
+run folder holds (results.jsonl's failures, events.jsonl's retries, a trajectory's ``record``),
+and the warnings the engine's thread logs name the RunConfig's fields (``max_retries=1``, not
+``--max-retries 1``). The batch run's words are tests/test_endpoint_refusals.py's."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from llm_server import LLMServer
+from parallel_rollout.errors import RolloutError
+from parallel_rollout.rl import EnvManagerConfig
+from rl_support import RIGHT, rl_config, tiny_lakes
+
+
+def _failed_batch(tmp_path, schedulers, answer: dict, raised: type[Exception], **config) -> tuple[str, list, list, str]:
+    """The error the first get_batch raises against a server that answers every request
+    ``answer``, the failure messages of the run folder's records and retry events, and the
+    server's URL."""
+    server = LLMServer(policy=lambda body: answer).start()
+    try:
+        train = schedulers(rl_config(tmp_path, server, num_rollouts=1, **config),
+                           EnvManagerConfig(group_size=2, tags=["tiny"], task_sets=tiny_lakes(tmp_path, "tiny", 2)),
+                           max_failed_groups=1, check_endpoint=False)
+        with pytest.raises(raised) as caught:
+            train.get_batch(batch_size=2, step=0, timeout=120)
+    finally:
+        server.stop()
+    records = [json.loads(line) for line in (train.run_dir / "results.jsonl").read_text().splitlines()]
+    events = [json.loads(line) for line in (train.run_dir / "events.jsonl").read_text().splitlines()]
+    return (str(caught.value), [r["failure"]["message"] for r in records if r.get("failure")],
+            [e["reason"] for e in events if e["event"] == "retry"], server.url)
+
+
+def test_the_run_folders_failures_name_the_run_configs_fields(tmp_path, schedulers):
+    """A server that answers 500 to everything, RunConfig(max_retries=1): get_batch's error
+    said "(max_retries=1)", but each record of results.jsonl, and each retry in events.jsonl,
+    that a trainer reads said the member gave up "(--max-retries 1)"."""
+    error, failures, retries, _ = _failed_batch(tmp_path, schedulers, {"status": 500}, RolloutError, max_retries=1)
+    assert "(max_retries=1)" in error
+    assert failures and retries, (failures, retries)
+    for said in failures + retries:
+        assert "gave up after 2 requests for this turn (max_retries=1)" in said and "--" not in said, said
+
+
+def test_the_engine_threads_warnings_name_the_run_configs_fields(tmp_path, schedulers, caplog):
+    """A fleet whose first server is gone: the warning that a trajectory left it, logged on the
+    engine's thread, said "asked again after --server-cooldown 30s", a flag no trainer gives."""
+    caplog.set_level(logging.WARNING, logger="parallel_rollout")
+    gone = LLMServer().start()
+    gone.stop()
+    good = LLMServer(policy=lambda body: RIGHT).start()
+    try:
+        train = schedulers(rl_config(tmp_path, good, base_url=[gone.url, good.url], num_rollouts=1),
+                           EnvManagerConfig(group_size=2, tags=["tiny"], task_sets=tiny_lakes(tmp_path, "tiny", 2)),
+                           check_endpoint=False)
+        train.get_batch(batch_size=2, step=0, timeout=120)
+    finally:
+        good.stop()
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"model server {gone.url} failed")]
+    assert said and all("(asked again after server_cooldown " in s and "--" not in s for s in said), said
