@@ -179,13 +179,13 @@ def test_an_openai_base_url_without_a_scheme_is_refused_at_start(tmp_path):
 
 
 @pytest.mark.parametrize("line, message", [
-    ("lease-timeout-s = 0", "lease_timeout_s must be positive (seconds), got 0 (lease-timeout-s = 0 in"),
-    ("ack-timeout-s = -1", "ack_timeout_s must be positive (seconds), got -1"),
-    ("api-timeout-s = nan", "api_timeout_s must be positive (seconds), got nan"),
+    ("lease-timeout-s = 0", "lease-timeout-s must be positive (seconds), got 0 (lease-timeout-s = 0 in"),
+    ("ack-timeout-s = -1", "ack-timeout-s must be positive (seconds), got -1"),
+    ("api-timeout-s = nan", "api-timeout-s must be positive (seconds), got nan"),
     ("boot-timeout-s = 0", "--boot-timeout-s must be positive (seconds), got 0"),
-    ("shutdown-grace-s = -1", "shutdown_grace_s must be 0 or more, got -1"),
-    ("max-vm-replacements = -1", "max_vm_replacements must be 0 or more, got -1"),
-    ("min-free-disk-mb = -1", "min_free_disk_mb must be 0 or more, got -1"),
+    ("shutdown-grace-s = -1", "shutdown-grace-s must be 0 or more, got -1"),
+    ("max-vm-replacements = -1", "max-vm-replacements must be 0 or more, got -1"),
+    ("min-free-disk-mb = -1", "min-free-disk-mb must be 0 or more, got -1"),
 ])
 def test_out_of_range_tunables_of_a_config_file_are_rejected(tmp_path, line, message):
     """The settings without a flag of their own (a config file's) are held to ranges too:
@@ -201,9 +201,9 @@ def test_out_of_range_tunables_of_a_config_file_are_rejected(tmp_path, line, mes
     ("flag", ["--sleep-after-execution", "1e999"], "--sleep-after-execution must be a finite number, got inf"),
     ("flag", ["--sampling", "top_p=NaN"], "--sampling top_p must be a finite number, got nan"),
     ("file", "task-timeout = inf", "--task-timeout must be a finite number, got inf (task-timeout = inf in"),
-    ("file", "shutdown-grace-s = inf", "shutdown_grace_s must be a finite number, got inf"),
-    ("file", "lease_timeout_s = inf", "lease_timeout_s must be a finite number, got inf"),
-    ("file", "[extra_body]\ntop_k = nan", "extra_body top_k must be a finite number, got nan"),
+    ("file", "shutdown-grace-s = inf", "shutdown-grace-s must be a finite number, got inf"),
+    ("file", "lease_timeout_s = inf", "lease-timeout-s must be a finite number, got inf"),
+    ("file", "[extra_body]\ntop_k = nan", "extra-body top_k must be a finite number, got nan"),
     ("variable", "PARALLEL_ROLLOUT_TASK_TIMEOUT", "--task-timeout must be a finite number, got inf (task-timeout = "
                                                   "inf from the environment variable PARALLEL_ROLLOUT_TASK_TIMEOUT)"),
 ])
@@ -266,7 +266,7 @@ def test_vm_settings_of_a_mode_that_runs_in_no_vm_are_warned_of(tmp_path):
                     "--dry-run", data=None)
     said = " ".join(result.output.split())
     assert result.exit_code == 0, result.output
-    for name in ("--boot-timeout-s", "max_vm_replacements", "--spare-vms", "--verify-reset"):
+    for name in ("--boot-timeout-s", "max-vm-replacements", "--spare-vms", "--verify-reset"):
         assert f"{name} is not used by this run: the gym mode runs in no VM" in said, said
     assert f"(max-vm-replacements = 2 in {tmp_path / 'run.toml'}); it is ignored" in said, said
     shell = invoke(tmp_path, "--mode", "shell", "--use-vm-pool", "--num-vms", "1", "--spare-vms", "1", "--dry-run")
@@ -332,7 +332,8 @@ def test_a_model_clients_setting_with_an_agent_that_calls_no_model_is_rejected(t
     path.write_text(f"{key} = {value}\n")
     extra = ["--agent-cmd", "true"] if agent == "command" else []
     assert_usage_error(invoke(tmp_path, "--agent", agent, *extra, "--config", str(path)), tmp_path,
-                       f"the setting {key} is not used by this run", "it only applies to agents that call a model")
+                       f"the setting {key.replace('_', '-')} is not used by this run",
+                       "it only applies to agents that call a model")
 
 
 def test_a_bad_value_off_the_command_line_says_where_it_was_set(tmp_path, monkeypatch):

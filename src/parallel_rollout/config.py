@@ -413,8 +413,8 @@ def build_config(flags: dict[str, Any], config_file: str | None = None,
         validate_ranges(cfg)
     except ConfigError as exc:
         # where the setting the message names was set, when not on the command line:
-        # "--num-vms must be at least 1 (num-vms = 0 in run.toml)"
-        found = re.search(r"--([a-z][a-z0-9-]*)", str(exc)) or re.match(r"([a-z][a-z0-9_]*)\b", str(exc))
+        # "--num-vms must be at least 1 (num-vms = 0 in run.toml)", "min-free-disk-mb must …"
+        found = re.search(r"--([a-z][a-z0-9-]*)", str(exc)) or re.match(r"([a-z][a-z0-9_-]*)\b", str(exc))
         name = found.group(1).replace("-", "_") if found else ""
         source = set_off_the_command_line(sources, name)
         if source is None:  # the command line's: the flag says it

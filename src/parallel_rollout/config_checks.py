@@ -38,6 +38,25 @@ def flag_name(cfg: Any, name: str) -> str:
     return source[len(TYPED):] if source.startswith(TYPED) else "--" + name.replace("_", "-")
 
 
+#: the settings with no flag of their own (config.py's tunables, the RL schedulers' and the
+#: model client's): a config file's keys, run()'s keywords, a RunConfig's fields
+FLAGLESS = frozenset({"lease_timeout_s", "ack_timeout_s", "start_timeout_s", "shutdown_grace_s", "api_timeout_s",
+                      "max_vm_replacements", "min_free_disk_mb", "policy_gate", "policy_gate_key",
+                      "partial_rollout", "abort_url", "tokenizer", "max_model_len", "on_length", "extra_body"})
+
+
+def setting_name(cfg: Any, name: str) -> str:
+    """Setting ``name`` as an error of its value says it: its flag (``flag_name``; a Python
+    call's errors are said again as its keywords, ``call_spelling.as_called``); one with no
+    flag (``FLAGLESS``) as the key its source spells: ``min-free-disk-mb`` set in a config
+    file (or a resumed run's config.json), ``min_free_disk_mb`` in Python (run()'s keyword, a
+    trainer's RunConfig field)."""
+    if name not in FLAGLESS:
+        return flag_name(cfg, name)
+    source = set_off_the_command_line(getattr(cfg, "sources", {}), name)
+    return name if source is None or source.endswith("()") else name.replace("_", "-")
+
+
 #: the source of the settings a Python call gave (``api.run``): they are said as Python spells them
 PYTHON_CALL = "in run()"
 
@@ -209,8 +228,6 @@ def check_ray() -> None:
 CHOICES = {"observation_type": ("screenshot", "a11y_tree", "screenshot_a11y_tree"),
            "action_space": ("computer_13", "pyautogui"), "backend": ("local", "ray"),
            "verify_reset": ("off", "fast", "full"), "rag_metric": ("f1", "em"), "reset_command": ("none",)}
-#: the float settings with no flag of their own (config.py's tunables): errors name them by key
-_FLAGLESS = ("lease_timeout_s", "ack_timeout_s", "start_timeout_s", "shutdown_grace_s", "api_timeout_s")
 
 
 def validate_ranges(cfg: Any) -> None:
@@ -219,63 +236,60 @@ def validate_ranges(cfg: Any) -> None:
                 "screen_width", "screen_height")
     for name in positive:
         if getattr(cfg, name) < 1:
-            raise ConfigError(f"{flag_name(cfg, name)} must be at least 1")
+            raise ConfigError(f"{setting_name(cfg, name)} must be at least 1")
     if cfg.max_retries < 0:
-        raise ConfigError("--max-retries must be 0 or more")
+        raise ConfigError(f"{setting_name(cfg, 'max_retries')} must be 0 or more")
     if cfg.resume and not cfg.run_id:
         raise ConfigError("--resume needs the --run-id of the run to continue (a new run's id is new)")
-    # a flag's name, else the config file's key (as the Python API spells it)
-    for name in ("--task-timeout", "--boot-timeout-s", "lease_timeout_s", "ack_timeout_s", "start_timeout_s", "api_timeout_s"):
+    for name in ("task_timeout", "boot_timeout_s", "lease_timeout_s", "ack_timeout_s", "start_timeout_s", "api_timeout_s"):
         # also rejects NaN, which would disable the timeout; 0 would fail every boot or lease
-        value = getattr(cfg, name.lstrip("-").replace("-", "_"))
+        value = getattr(cfg, name)
         if not value > 0:
-            raise ConfigError(f"{name} must be positive (seconds), got {value:g}")
-    for name in ("shutdown_grace_s", "max_vm_replacements", "min_free_disk_mb"):
+            raise ConfigError(f"{setting_name(cfg, name)} must be positive (seconds), got {value:g}")
+    for name in ("shutdown_grace_s", "max_vm_replacements", "min_free_disk_mb", "spare_vms"):
         value = getattr(cfg, name)
         if value is not None and not value >= 0:
-            raise ConfigError(f"{name} must be 0 or more, got {value:g}")
+            raise ConfigError(f"{setting_name(cfg, name)} must be 0 or more, got {value:g}")
     check_token_settings(cfg)
     for name in ("limit", "max_tokens", "vm_memory_mb", "vm_max_processes", "max_concurrent_rollouts"):
         value = getattr(cfg, name)
         if value is not None and value < 1:
-            raise ConfigError(f"{flag_name(cfg, name)} must be at least 1")
+            raise ConfigError(f"{setting_name(cfg, name)} must be at least 1")
     if cfg.observation_type not in CHOICES["observation_type"]:
         raise ConfigError(f"{flag_name(cfg, 'observation_type')} must be screenshot, a11y_tree or screenshot_a11y_tree")
     if cfg.action_space not in CHOICES["action_space"]:  # envs/osworld/actions.ACTION_SPACES
         raise ConfigError(f"{flag_name(cfg, 'action_space')} must be computer_13 or pyautogui, got {cfg.action_space!r}")
     if cfg.backend not in CHOICES["backend"]:
-        raise ConfigError("--backend must be local or ray")
+        raise ConfigError(f"{setting_name(cfg, 'backend')} must be local or ray")
     if cfg.ray_address is not None and cfg.backend != "ray":
         raise ConfigError("--ray-address needs --backend ray")
     if cfg.backend == "ray":
         check_ray()
-    if cfg.spare_vms is not None and cfg.spare_vms < 0:
-        raise ConfigError("--spare-vms must be 0 or more")
     if cfg.verify_reset not in (None, *CHOICES["verify_reset"]):
-        raise ConfigError(f"--verify-reset must be off, fast or full, got {cfg.verify_reset!r}")
+        raise ConfigError(f"{setting_name(cfg, 'verify_reset')} must be off, fast or full, got {cfg.verify_reset!r}")
     if cfg.rag_metric not in CHOICES["rag_metric"]:
-        raise ConfigError("--rag-metric must be f1 or em")
-    if not cfg.sleep_after_execution >= 0:
-        raise ConfigError(f"{flag_name(cfg, 'sleep_after_execution')} must be 0 or more (seconds)")
-    if not cfg.server_cooldown >= 0:
-        raise ConfigError("--server-cooldown must be 0 or more (seconds)")
+        raise ConfigError(f"{setting_name(cfg, 'rag_metric')} must be f1 or em")
+    for name in ("sleep_after_execution", "server_cooldown"):
+        if not getattr(cfg, name) >= 0:
+            raise ConfigError(f"{setting_name(cfg, name)} must be 0 or more (seconds)")
     servers = [cfg.base_url] if isinstance(cfg.base_url, str) else cfg.base_url or ()
     for url in servers:
         check_base_url(url, flag_name(cfg, "base_url"))
     check_distinct_servers(servers)
     check_abort_url(cfg.abort_url, servers)
     if not cfg.session_header.strip() or any(c in cfg.session_header for c in ":\r\n "):
-        raise ConfigError(f"--session-header {cfg.session_header!r} must be an HTTP header name, e.g. X-Session-ID")
+        raise ConfigError(f"{setting_name(cfg, 'session_header')} {cfg.session_header!r} must be an HTTP header name, e.g. X-Session-ID")
     if cfg.temperature is not None and not 0 <= cfg.temperature <= 2:
-        raise ConfigError("--temperature must be between 0 and 2")
+        raise ConfigError(f"{setting_name(cfg, 'temperature')} must be between 0 and 2")
     extras = {**cfg.sampling, **cfg.extra_body}
     reserved = sorted(RESERVED_REQUEST_FIELDS & set(cfg.extra_body))
     if reserved:
-        raise ConfigError(f"extra_body cannot set {', '.join(reserved)}: the agent sends it itself")
+        raise ConfigError(f"{setting_name(cfg, 'extra_body')} cannot set {', '.join(reserved)}: the agent sends it itself")
     for name in ("temperature", "max_tokens", "max_completion_tokens"):
         flag = "max_tokens" if name == "max_completion_tokens" else name
         if name in extras and getattr(cfg, flag) is not None:
-            raise ConfigError(f"--{flag.replace('_', '-')} and --sampling/extra_body {name} both set "
+            raise ConfigError(f"{setting_name(cfg, flag)} and {setting_name(cfg, 'sampling')}/"
+                              f"{setting_name(cfg, 'extra_body')} {name} both set "
                               "the same thing; give one")
     if not cfg.use_vm_pool and "num_vms" in cfg.explicit:
         raise ConfigError("--num-vms sizes the shared pool and needs --use-vm-pool; without it each "
@@ -317,9 +331,8 @@ def check_finite(cfg: Any) -> None:
     for item in dataclasses.fields(cfg):
         value = getattr(cfg, item.name)
         if "float" in str(item.type) and isinstance(value, float) and not math.isfinite(value):
-            name = item.name if item.name in _FLAGLESS else f"--{item.name.replace('_', '-')}"
-            raise ConfigError(f"{name} must be a finite number, got {value:g}")
-    for name, table in (("--sampling", cfg.sampling), ("extra_body", cfg.extra_body)):
+            raise ConfigError(f"{setting_name(cfg, item.name)} must be a finite number, got {value:g}")
+    for name, table in ((setting_name(cfg, "sampling"), cfg.sampling), (setting_name(cfg, "extra_body"), cfg.extra_body)):
         for key, value in table.items():  # a request body with NaN is no JSON either
             if isinstance(value, float) and not math.isfinite(value):
                 raise ConfigError(f"{name} {key} must be a finite number, got {value:g}")
@@ -333,9 +346,9 @@ def check_finite(cfg: Any) -> None:
 def check_token_settings(cfg: Any) -> None:
     """on_length and max_model_len (the RL scheduler checks them too: it makes no batch run)."""
     if cfg.on_length not in ("parse", "end"):
-        raise ConfigError(f"on_length must be 'parse' or 'end', got {cfg.on_length!r}")
+        raise ConfigError(f"{setting_name(cfg, 'on_length')} must be 'parse' or 'end', got {cfg.on_length!r}")
     if cfg.max_model_len is not None and (isinstance(cfg.max_model_len, bool) or cfg.max_model_len < 1):
-        raise ConfigError(f"max_model_len must be at least 1 (tokens), got {cfg.max_model_len}")
+        raise ConfigError(f"{setting_name(cfg, 'max_model_len')} must be at least 1 (tokens), got {cfg.max_model_len}")
     if cfg.max_model_len is not None and cfg.agent == "openai" and not cfg.tokenizer:
         # it would be ignored: the openai agent sends token ids (what it bounds) only with a tokenizer
         raise ConfigError(f"max_model_len={cfg.max_model_len} bounds token-id prompts, which the openai agent "

@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .agents.base import MODEL_KEYS, MODEL_OPTIONS
-from .config_checks import RESUME_READS, flag_name
+from .agents.base import MODEL_OPTIONS
+from .config_checks import FLAGLESS, RESUME_READS, flag_name, setting_name
 from .errors import ConfigError
 
 log = logging.getLogger("parallel_rollout")
@@ -57,7 +57,7 @@ def check_honoured(cfg: Any, owners: Users, run: str = "this run") -> None:
     ``run``: what the error says is not using it."""
     for name, (needed_by, users) in owners.items():
         if name in cfg.explicit and not users:
-            flag = f"the setting {name}" if name in MODEL_KEYS else flag_name(cfg, name)
+            flag = f"the setting {setting_name(cfg, name)}" if name in FLAGLESS else flag_name(cfg, name)
             # a model's setting with no --agent (a script written for OSWorld's run.py, whose
             # agent is the model's): the agent that ignores it is the default one, not chosen
             default = (f"; this run's agent is {cfg.agent}, the default: --agent openai calls the model"

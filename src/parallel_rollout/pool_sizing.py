@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from .config_checks import as_given
+from .config_checks import as_given, setting_name
 
 
 #: the VMs' settings a run whose VMs do not use them ignores, with a warning (the rest are refused)
@@ -25,7 +25,7 @@ def ignored_vm_settings(cfg: Any, provider_cls: Any) -> list[tuple[str, str, str
         given = [] if provider_cls.opens_windows or "headless" not in given else ["headless"]
     why = (f"the {provider_cls.name} provider's VMs open no window" if provider_cls is not None
            else f"the {cfg.mode} mode runs in no VM")
-    return [(name if name == "max_vm_replacements" else "--" + name.replace("_", "-"), why, name) for name in given]
+    return [(setting_name(cfg, name), why, name) for name in given]
 
 
 def sized_for_samples(cfg: Any, samples: int, provider_cls: Any, say: Callable[..., None],

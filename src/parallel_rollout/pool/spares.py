@@ -33,7 +33,9 @@ def resolve(requested: int | None, provider_cls: Any) -> int:
     if requested is None:
         return int(getattr(provider_cls, "default_spares", 0))
     if requested < 0:
-        raise ConfigError(f"--spare-vms must be 0 or more, got {requested}")
+        # a run's --spare-vms (run()'s spare_vms) is checked before its pool starts: this is
+        # a pool made in Python, whose setting is its options' field
+        raise ConfigError(f"ProviderOptions.spare_vms must be 0 or more, got {requested}")
     return requested
 
 
