@@ -1,7 +1,9 @@
 """What a trainer reads of its RolloutScheduler's engine is in its own words: the records its
 run folder holds (results.jsonl's failures, events.jsonl's retries, a trajectory's ``record``),
-and the warnings the engine's thread logs name the RunConfig's fields (``max_retries=1``, not
-``--max-retries 1``). The batch run's words are tests/test_endpoint_refusals.py's."""
+the warnings the engine's thread logs, and the advice after the model server refused the
+run's settings name the RunConfig's fields (``max_retries=1``, not ``--max-retries 1``) and
+say what a trainer does (a new RolloutScheduler, get_batch again), not what a batch run does
+(a new --run-id, a resume). The batch run's words are tests/test_endpoint_refusals.py's."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import logging
 import pytest
 
 from llm_server import LLMServer
-from parallel_rollout.errors import RolloutError
+from parallel_rollout.errors import ConfigError, RolloutError
 from parallel_rollout.rl import EnvManagerConfig
 from rl_support import RIGHT, rl_config, tiny_lakes
 
@@ -44,6 +46,25 @@ def test_the_run_folders_failures_name_the_run_configs_fields(tmp_path, schedule
     assert failures and retries, (failures, retries)
     for said in failures + retries:
         assert "gave up after 2 requests for this turn (max_retries=1)" in said and "--" not in said, said
+
+
+@pytest.mark.parametrize("status, message, advice", [
+    (404, "The model `table` does not exist.",
+     "give model a name its {url}/models lists or fix base_url and make a new RolloutScheduler with them (a "
+     "scheduler's model and endpoint are fixed: close this one), or serve that model there and call get_batch again"),
+    (401, "Invalid API key.",
+     "set OPENAI_API_KEY to a key it accepts (one with access to this model), then close this RolloutScheduler and "
+     "make a new one (its workers read the key as they start)"),
+], ids=["model", "key"])
+def test_a_refusal_tells_the_trainer_what_to_change(tmp_path, schedulers, status, message, advice):
+    """A server that refuses the model (404) or the key (401): the ConfigError get_batch raises,
+    and the records, told the trainer to go on "with a new run_id" and "resume", a batch run's
+    ways; a scheduler's way is a new RolloutScheduler, or get_batch again once the model is served."""
+    error, failures, _, url = _failed_batch(tmp_path, schedulers, {"status": status, "message": message}, ConfigError)
+    assert failures
+    for said in [error, *failures]:
+        assert advice.format(url=url) in said, said
+        assert "--" not in said and "resume" not in said and "run_id" not in said, said
 
 
 def test_the_engine_threads_warnings_name_the_run_configs_fields(tmp_path, schedulers, caplog):

@@ -57,19 +57,33 @@ class Retryable(Exception):
         self.unavailable = unavailable or server_down
 
 
+#: how a batch run goes on after each refusal, the tail of ``refusal``'s advice, and how a
+#: trainer's RolloutScheduler does (``rl.config.in_the_trainers_words`` says the one as the
+#: other): a scheduler's model and endpoint are fixed as a run's are, and the key is read by
+#: its workers, which start with it; a get_batch after the model is served there gets a batch
+GOING_ON = {
+    ", with a new --run-id (a run's endpoint is fixed)":
+        " and make a new RolloutScheduler with it (a scheduler's endpoint is fixed: close this one)",
+    ", with a new --run-id (a run's model and endpoint are fixed)":
+        " and make a new RolloutScheduler with them (a scheduler's model and endpoint are fixed: close this one)",
+    "or serve that model there and resume": "or serve that model there and call get_batch again",
+    "(one with access to this model), then resume":
+        "(one with access to this model), then close this RolloutScheduler and make a new one (its workers "
+        "read the key as they start)",
+}
+_ENDPOINT_FIXED, _MODEL_FIXED, _SERVE_IT, _NEW_KEY = GOING_ON
+
+
 def refusal(status: int, model: str, base_url: str) -> str:
     """What to fix when the endpoint answered ``status`` (one of REFUSING_STATUS)."""
     if status == 405:
         return (f"{base_url} takes no POST of the API there: it is not an OpenAI-compatible endpoint's URL "
-                "(most servers serve the API under /v1); fix --base-url, with a new --run-id (a run's "
-                "endpoint is fixed)")
+                f"(most servers serve the API under /v1); fix --base-url{_ENDPOINT_FIXED}")
     if status == 404:
         return (f"the endpoint does not know the model {model!r} (--model) or the path (--base-url "
                 f"{base_url}; most servers serve the API under /v1): give --model a name its "
-                f"{base_url}/models lists or fix --base-url, with a new --run-id (a run's model and "
-                "endpoint are fixed), or serve that model there and resume")
-    return ("the endpoint refuses the API key: set OPENAI_API_KEY to a key it accepts "
-            "(one with access to this model), then resume")
+                f"{base_url}/models lists or fix --base-url{_MODEL_FIXED}, {_SERVE_IT}")
+    return f"the endpoint refuses the API key: set OPENAI_API_KEY to a key it accepts {_NEW_KEY}"
 
 
 def failure_of(exc: Exception, endpoint: str, model: str | None, base_url: str,

@@ -296,9 +296,14 @@ def in_the_trainers_words(text: str, config: RunConfig, loops_of_env_config: boo
     """``text`` of the engine's (a warning of its start, a member's failure) with its CLI flags
     said as the trainer set them: the RunConfig's fields and the scheduler's
     max_concurrent_rollouts as keywords (``--max-retries 1`` as ``max_retries=1``), the env
-    loops per worker as ``EnvManagerConfig.max_env_num_per_worker`` when that set them."""
+    loops per worker as ``EnvManagerConfig.max_env_num_per_worker`` when that set them; how a
+    batch run goes on after the endpoint refused it (a new --run-id, a resume) as a trainer does
+    (``agents.retries.GOING_ON``)."""
+    from ..agents.retries import GOING_ON
     from ..call_spelling import as_called
 
+    for batch, trainers in GOING_ON.items():
+        text = text.replace(batch, trainers)
     said = as_called(text, given_settings(config))
     return said.replace("envs_per_worker=", "EnvManagerConfig.max_env_num_per_worker=") if loops_of_env_config else said
 
