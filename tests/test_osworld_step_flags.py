@@ -58,7 +58,7 @@ MISTAKES = {
     "close-by-class-0": (CLOSE, _postconfig(0, by_class="0"),
                          f"evaluator postconfig step 1 (close_window): parameter 'by_class' is '0', {_READS_TRUE}"),
     "drive-trash-false": (DRIVE, lambda task: task["config"][0]["parameters"]["args"][0].update(trash="false"),
-                          f"config step 1 (googledrive): parameter 'args'[0] 'trash' is 'false', {_READS_TRUE}"),
+                          f"config step 1 (googledrive): parameter 'args'[0] (delete) 'trash' is 'false', {_READS_TRUE}"),
 }
 
 

@@ -73,7 +73,7 @@ MISTAKES = {
     "execute-shell-minus-1": (EXECUTE, _set(0, shell=-1),
                               f"config step 1 (execute): parameter 'shell' is -1, a number, {_NUMBER}"),
     "drive-trash-list": (DRIVE, lambda task: task["config"][0]["parameters"]["args"][0].update(trash=[True]),
-                         f"config step 1 (googledrive): parameter 'args'[0] 'trash' is [True], a list, which reads as "
+                         f"config step 1 (googledrive): parameter 'args'[0] (delete) 'trash' is [True], a list, which reads as "
                          f"true {_LIST}"),
 }
 

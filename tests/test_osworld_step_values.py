@@ -110,7 +110,7 @@ MISTAKES = {
                                "config step 1 (googledrive): parameter 'operation' is ['remove'], a list: give a list "
                                "of 'delete', 'mkdirs' or 'upload'"),
     "drive-query-number": (DRIVE, _in_item(0, "args", query=1),
-                           "config step 1 (googledrive): parameter 'args'[0] 'query' is 1, a number: give a string"),
+                           "config step 1 (googledrive): parameter 'args'[0] (delete) 'query' is 1, a number: give a string"),
     "login-platform-gmail": (DRIVE, _set(4, platform="gmail"),
                              "config step 5 (login): parameter 'platform' is 'gmail', a string: give 'googledrive'"),
 }

@@ -154,12 +154,40 @@ def get_googledrive_file(env, config: dict) -> Any:
 
 STEPS = {"googledrive": googledrive, "login": login}
 GETTERS = {"googledrive_file": get_googledrive_file}
-#: step type -> parameter -> the kind of value it needs (setup.VALUES): a googledrive's
-#: operations and, for each, its object of args (a delete's query and trash, a mkdirs' path,
-#: an upload's url and path: a folder path as a string or a list of names); a delete's
-#: ``"trash": "false"`` read as true and trashed what it meant to delete
 _FOLDERS = Kind(lambda value: TEXT.test(value) or TEXTS.test(value), "a string or a list of strings (the folder path)")
-VALUES = {"googledrive": {"operation": texts_of("delete", "mkdirs", "upload"),
-                          "args": Objects({}, optional={"query": TEXT, "trash": FLAG, "path": _FOLDERS, "url": TEXT}),
+#: a googledrive operation -> the object of args it reads, as OSWorld's _googledrive_setup
+#: does: a delete's query (none: every file of the Drive) and trash, a mkdirs' path, an
+#: upload's url and path (a folder path as a string or a list of names); a key of another
+#: is refused (a delete's "qurey" was not read: every file was deleted)
+DRIVE_ARGS = {"delete": Objects({}, optional={"query": TEXT, "trash": FLAG}, closed=True),
+              "mkdirs": Objects({"path": _FOLDERS}, closed=True),
+              "upload": Objects({"url": TEXT, "path": _FOLDERS}, closed=True)}
+#: step type -> parameter -> the kind of value it needs (setup.VALUES); a googledrive's args
+#: are checked against its operations by drive_problem
+VALUES = {"googledrive": {"operation": texts_of(*DRIVE_ARGS),
+                          "args": Kind(lambda value: isinstance(value, list), "a list of objects, one per operation"),
                           "settings_file": TEXT},
           "login": {"platform": one_of("googledrive"), "settings_file": TEXT}}
+
+
+def drive_problem(params: dict) -> str | None:
+    """What is wrong with a googledrive step's args against its operations, or None: OSWorld
+    reads ``args[i]`` for ``operation[i]`` (one short raised as the step ran, one over was
+    never read) and ends the step at its first upload (an operation after it never runs)."""
+    operations, args = params["operation"], params["args"]
+    if len(args) != len(operations):
+        return (f"parameter 'args' has {len(args)} object(s) for {len(operations)} operation(s): give one per "
+                "operation, in its order")
+    for index, (operation, item) in enumerate(zip(operations, args)):
+        problem = DRIVE_ARGS[operation].item_problem(item, f"[{index}] ({operation}) ")
+        if problem:
+            return f"parameter 'args'{problem}"
+    if "upload" in operations[:-1]:
+        index = operations.index("upload") + 1
+        return (f"parameter 'operation'[{index}] ({operations[index]}) follows an upload, which ends the step (as "
+                "OSWorld's does): it would never run")
+    return None
+
+
+#: step type -> its check of the parameters together (setup.check_steps, after VALUES)
+CHECKS = {"googledrive": drive_problem}

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .account_steps import CHECKS as ACCOUNT_CHECKS
 from .account_steps import STEPS as ACCOUNT_STEPS
 from .account_steps import VALUES as ACCOUNT_VALUES
 from .browser_steps import STEPS as BROWSER_STEPS
@@ -60,7 +61,8 @@ def check_steps(steps: Any, where: str) -> None:
         if not isinstance(step.get("parameters", {}), dict):
             raise ValueError(f"{where} step {index}: 'parameters' must be an object")
         params = step.get("parameters") or {}
-        problem = _parameters_problem(step["type"], params) or _values_problem(step["type"], params)
+        problem = _parameters_problem(step["type"], params) or _values_problem(step["type"], params) \
+            or (CHECKS[step["type"]](params) if step["type"] in CHECKS else None)
         if problem:
             raise ValueError(f"{where} step {index} ({step['type']}): {problem}")
 
@@ -213,6 +215,9 @@ VALUES = {"execute": _EXECUTE, "command": _EXECUTE, "launch": {"command": COMMAN
           "activate_window": _WINDOW, "close_window": _WINDOW,
           "upload_file": {"files": Objects({"local_path": TEXT, "path": TEXT})},
           "download": {"files": Objects({"url": TEXT, "path": TEXT})}, **BROWSER_VALUES, **ACCOUNT_VALUES}
+#: step type -> its check of its parameters together, once each is of its kind (a
+#: googledrive's args against its operations)
+CHECKS = {**ACCOUNT_CHECKS}
 #: step type -> the parameters it reads as a flag (handed to the guest as ``shell``, ``if
 #: strict:``): any string but "" reads as true there, so ``"shell": "false"`` ran a shell
 FLAGS: dict[str, tuple[str, ...]] = {kind: names for kind, values in VALUES.items()

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .rule_keys import KINDS, flag_problem, kind_of
+from .rule_keys import KINDS, flag_problem, kind_of, unread_hint
 
 __all__ = ["COMMAND", "FLAG", "NUMBER", "SECONDS", "TEXT", "TEXTS", "WHOLE", "Kind", "Objects", "one_of", "texts_of"]
 
@@ -74,12 +74,14 @@ class _Flag:
 @dataclass(frozen=True)
 class Objects:
     """A list of objects (one object with ``one``), each holding the ``needs`` keys and maybe
-    the ``optional`` ones, each of its kind; other keys are not read. ``one`` takes null (no
-    object, the parameter's default)."""
+    the ``optional`` ones, each of its kind; other keys are not read, or, ``closed``, refused
+    (a googledrive delete's ``"qurey"`` deleted every file of the Drive). ``one`` takes null
+    (no object, the parameter's default)."""
 
     needs: dict[str, Any]
     optional: dict[str, Any] = field(default_factory=dict)
     one: bool = False
+    closed: bool = False
 
     @property
     def says(self) -> str:
@@ -96,16 +98,20 @@ class Objects:
     def problem(self, value: Any) -> str | None:
         """None if ``value`` holds such objects, else the first wrong one, by its place."""
         if self.one:
-            return None if value is None else self._item_problem(value, "")
+            return None if value is None else self.item_problem(value, "")
         if not isinstance(value, list):
             return f"is {_shown(value)}: give {self.says}"
         return next((problem for place, item in enumerate(value)
-                     if (problem := self._item_problem(item, f"[{place}] "))), None)
+                     if (problem := self.item_problem(item, f"[{place}] "))), None)
 
-    def _item_problem(self, item: Any, place: str) -> str | None:
+    def item_problem(self, item: Any, place: str) -> str | None:
         """What is wrong with one object, after ``place`` (``"[2] "``, or "" for ``one``)."""
         if not isinstance(item, dict):
             return f"{place}is {_shown(item)}: give {self._object}"
+        known = [*self.needs, *self.optional]
+        unread = next((key for key in item if key not in known), None) if self.closed else None
+        if unread is not None:
+            return f"{place}has the key {unread!r}, which is not read ({unread_hint(unread, known)})"
         for key, kind in {**self.needs, **self.optional}.items():
             if key not in item:
                 if key in self.needs:
