@@ -48,7 +48,7 @@ LAYERS: list[list[str]] = [
     ["report/"],
     ["config.py", "config_checks.py", "pool_sizing.py", "messages.py", "records.py", "tasks.py", "tasks_osworld.py",
      "task_json.py", "tasks_parquet.py", "results.py", "run_lock.py", "plugins.py", "policy_gate.py", "gate_client.py", "provenance.py",
-     "trajectories.py", "logs.py", "output_checks.py", "process_group.py", "main_guard.py"],
+     "trajectories.py", "logs.py", "run_log.py", "output_checks.py", "process_group.py", "main_guard.py"],
     ["errors.py", "exit_codes.py", "__init__.py", "worker_cgroup.py"],
 ]
 

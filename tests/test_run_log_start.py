@@ -1,6 +1,6 @@
 """run.log begins with the warnings said before the run's folder opened, as a cron job's
 console said them (a variable nothing reads, a setting not used, a cut worker count): read the
-next day, run.log had none of them (logs.keep_until_the_run_log)."""
+next day, run.log had none of them (run_log.keep_until_the_run_log)."""
 
 from __future__ import annotations
 
@@ -56,16 +56,16 @@ def test_the_warnings_kept_for_a_run_log_that_never_opens_are_bounded(tmp_path):
     one) keeps at most 1000 warnings for the next run.log, not every warning it ever says."""
     import logging
 
-    from parallel_rollout import logs
+    from parallel_rollout import run_log
 
-    logs.keep_until_the_run_log()
+    run_log.keep_until_the_run_log()
     log = logging.getLogger("parallel_rollout.test_bound")
     for n in range(1500):
         log.warning("warning %d", n)
-    handler = logs.run_log_handler(tmp_path / "run.log")
+    handler = run_log.run_log_handler(tmp_path / "run.log")
     try:
         lines = (tmp_path / "run.log").read_text().splitlines()
     finally:
-        logs.close_run_log(handler)
-        logs.keep_until_the_run_log()  # nothing of this test kept for the next
+        run_log.close_run_log(handler)
+        run_log.keep_until_the_run_log()  # nothing of this test kept for the next
     assert len(lines) == 1000 and lines[0].endswith("warning 0") and lines[-1].endswith("warning 999")

@@ -30,7 +30,8 @@ from .cli_aliases import translate_osworld_flags
 from .config import RunConfig
 from .config_checks import GATE_SYNONYMS, TYPED, check_not_stdout, gate_setting
 from .errors import ConfigError
-from .logs import NOT_ON_CONSOLE, PROJECT_LOGGER, keep_until_the_run_log, say
+from .logs import NOT_ON_CONSOLE, PROJECT_LOGGER, say
+from .run_log import keep_until_the_run_log
 from .provenance import program
 
 #: the prefix of every flag's environment variable: PARALLEL_ROLLOUT_<FLAG> for run's flags

@@ -37,7 +37,8 @@ from .envs.registry import answer_like_warnings
 from .errors import (ConfigError, ProviderUnavailable, TaskFileError, VMSettingsMismatch, handled_stop_signals,
                      raise_interrupted)
 from .honoured import check_honoured, setting_users
-from .logs import PipeSafeStream, close_run_log, run_log_handler
+from .logs import PipeSafeStream
+from .run_log import close_run_log, run_log_handler
 from .messages import Assignment
 from .output_checks import check_free_disk, check_writable_folder
 from .plugins import plugin_call
