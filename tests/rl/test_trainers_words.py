@@ -18,6 +18,14 @@ from parallel_rollout.rl import EnvManagerConfig
 from rl_support import RIGHT, rl_config, tiny_lakes
 
 
+@pytest.fixture
+def server():
+    """The local model server, whose every reply moves right."""
+    server = LLMServer(policy=lambda body: RIGHT).start()
+    yield server
+    server.stop()
+
+
 def _failed_batch(tmp_path, schedulers, answer: dict, raised: type[Exception], **config) -> tuple[str, list, list, str]:
     """The error the first get_batch raises against a server that answers every request
     ``answer``, the failure messages of the run folder's records and retry events, and the
@@ -83,3 +91,19 @@ def test_the_engine_threads_warnings_name_the_run_configs_fields(tmp_path, sched
         good.stop()
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"model server {gone.url} failed")]
     assert said and all("(asked again after server_cooldown " in s and "--" not in s for s in said), said
+
+
+@pytest.mark.parametrize("asked, level", [(None, logging.INFO), (5, logging.WARNING)], ids=["plain", "cut"])
+def test_the_concurrency_line_is_info_and_a_cut_a_warning(tmp_path, server, schedulers, caplog, asked, level):
+    """A trainer at Python's default logging sees warnings only (``logging.lastResort``), as a
+    caller of ``run()`` does (the CLI's console shows INFO too): the ``[Concurrency]`` line is
+    INFO, unseen, as a batch run logs it, unless max_concurrent_rollouts was cut to the env loops,
+    a warning it sees. A guard: this held already."""
+    caplog.set_level(logging.INFO, logger="parallel_rollout")
+    schedulers(rl_config(tmp_path, server, num_rollouts=1),
+               EnvManagerConfig(group_size=2, tags=["tiny"], task_sets=tiny_lakes(tmp_path, "tiny", 2),
+                                max_env_num_per_worker=2),
+               **({} if asked is None else {"max_concurrent_rollouts": asked}))
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if "[Concurrency]" in r.getMessage()]
+    assert [lvl for lvl, _ in said] == [level], said
+    assert said[0][1].startswith("[Concurrency] Set max concurrent rollouts to 2"), said
