@@ -69,3 +69,22 @@ def test_the_warnings_kept_for_a_run_log_that_never_opens_are_bounded(tmp_path):
         run_log.close_run_log(handler)
         run_log.keep_until_the_run_log()  # nothing of this test kept for the next
     assert len(lines) == 1000 and lines[0].endswith("warning 0") and lines[-1].endswith("warning 999")
+
+
+@pytest.mark.parametrize("command, env, warned", [
+    (["--headless", "--dry-run"], {}, WARNED[1]),  # a dry run opens no run.log
+    (["--num-rollouts", "0"], {"PARALLEL_ROLLOUT_NUM_ROLOUTS": "3"}, WARNED[0]),  # a run refused before its folder
+], ids=["dry-run", "refused"])
+def test_a_python_runs_run_log_has_no_warning_of_a_cli_command_before_it(tmp_path, command, env, warned):
+    """A notebook that ran the CLI (CliRunner), or a script that called its main, then run():
+    run()'s run.log began with the command's warnings, kept for a run.log the command never
+    opened. They are the command's: forgotten when it ends."""
+    from parallel_rollout.api import run
+
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("t0")])
+    args = ["run", "--mode", "shell", "--data", str(data), "--output-dir", str(tmp_path / "out"), "--no-progress"]
+    said = CliRunner().invoke(main, [*args, *command], env=env)
+    assert warned in " ".join(said.output.split()), said.output
+    outcome = run(mode="shell", data=str(data), output_dir=str(tmp_path / "out"), run_id="after", progress=False)
+    run_log = (outcome.run_dir / "run.log").read_text()
+    assert "1 samples, 0 already final" in run_log and warned.split(":")[0] not in run_log, run_log

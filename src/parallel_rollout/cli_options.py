@@ -31,7 +31,7 @@ from .config import RunConfig
 from .config_checks import GATE_SYNONYMS, TYPED, check_not_stdout, gate_setting
 from .errors import ConfigError
 from .logs import NOT_ON_CONSOLE, PROJECT_LOGGER, say
-from .run_log import keep_until_the_run_log
+from .run_log import forget_the_kept, keep_until_the_run_log
 from .provenance import program
 
 #: the prefix of every flag's environment variable: PARALLEL_ROLLOUT_<FLAG> for run's flags
@@ -354,6 +354,7 @@ class RunCommand(click.Command):
         says which variable held it, one typed in another spelling (OSWorld's, an alias) the
         flag as typed."""
         keep_until_the_run_log()
+        ctx.call_on_close(forget_the_kept)  # at the command's end, a run.log opened or not
         args, typed = translate_osworld_flags(args, flag_aliases(self))
         ctx.meta[TYPED] = typed
         try:

@@ -39,10 +39,19 @@ _BEFORE.kept: list[logging.LogRecord] = []
 
 
 def keep_until_the_run_log() -> None:
-    """A CLI command begins: its warnings are kept for the run.log it may open, an earlier
-    command's forgotten (one process runs several: CliRunner, an embedding program)."""
+    """A CLI command begins: its warnings are kept for the run.log it may open, until it ends
+    (``forget_the_kept``), an earlier command's forgotten (one process runs several: CliRunner,
+    an embedding program)."""
     _BEFORE.kept = []
     logging.getLogger(PROJECT_LOGGER).addHandler(_BEFORE)  # once: a handler is added once
+
+
+def forget_the_kept() -> None:
+    """A CLI command ends: the warnings it kept and no run.log wrote were its own, no later
+    run's (a ``run()`` of the same process: a notebook's after its CliRunner's, a script's
+    after the CLI's main), and nothing is kept until the next command begins."""
+    logging.getLogger(PROJECT_LOGGER).removeHandler(_BEFORE)
+    _BEFORE.kept = []
 
 
 def run_log_handler(path: Any) -> logging.Handler:
