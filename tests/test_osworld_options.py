@@ -26,18 +26,24 @@ from parallel_rollout.envs.osworld.metrics import METRICS
 from parallel_rollout.envs.osworld.option_keys import DEAD, OPTIONS, option_problem
 
 
-def task_options() -> dict[tuple[str, str], list[str]]:
-    """(metric, option key) -> the real tasks (ids) that give it."""
-    pairs: dict[tuple[str, str], list[str]] = {}
+def _given_options():
+    """(task id, metric, option key, its value) of each option the real tasks give."""
     for path in sorted((OSWORLD_EXAMPLES / "examples").glob("*/*.json")):
         evaluator = json.loads(path.read_text()).get("evaluator") or {}
         if "func" not in evaluator:
             continue
         for func, _result, _expected, options in normalized(evaluator):
-            for key in options:
-                ids = pairs.setdefault((func, key), [])
-                if path.stem not in ids:
-                    ids.append(path.stem)
+            for key, value in options.items():
+                yield path.stem, func, key, value
+
+
+def task_options() -> dict[tuple[str, str], list[str]]:
+    """(metric, option key) -> the real tasks (ids) that give it."""
+    pairs: dict[tuple[str, str], list[str]] = {}
+    for task_id, func, key, _value in _given_options():
+        ids = pairs.setdefault((func, key), [])
+        if task_id not in ids:
+            ids.append(task_id)
     return pairs
 
 
@@ -94,8 +100,8 @@ def test_every_option_a_real_task_gives_is_read_by_its_metric():
     unread = {f"{func}: {key} ({', '.join(ids)})" for (func, key), ids in pairs.items()
               if (func, key) not in DEAD and not reads(METRICS[func], key)}
     assert not unread, sorted(unread)
-    refused = {f"{func}: {key}: {problem}" for (func, key) in pairs if func != "compare_archive"
-               for problem in [option_problem(func, {key: None})] if problem}
+    refused = {f"{func}: {key}: {problem}" for _, func, key, value in _given_options() if func != "compare_archive"
+               for problem in [option_problem(func, {key: value})] if problem}
     assert not refused, sorted(refused)  # compare_archive's are read with their file_type, at load
 
 

@@ -9,8 +9,11 @@ reads) as the folder loads. A metric reads its named parameters (``check_json``'
 rest to the metric of its ``file_type``. :data:`DEAD` lists the keys OSWorld's own tasks give
 that OSWorld itself never reads: they keep loading. :data:`FLAGS` are the options a metric
 reads as a flag, where a string other than "true" is refused: ``"ignore_case": "false"``
-read as true. tests/test_osworld_options.py checks this list against each metric's code and
-the 369 real tasks.
+read as true (so are a list, an object and a number other than 0 or 1, as a step's flag).
+:data:`VALUES` are the options a metric reads as a value of one kind (a number it compares
+with, a whole number, one of the names it knows), where another raised at grading or scored
+0 whatever the agent did. tests/test_osworld_options.py checks this list against each
+metric's code and the 369 real tasks.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ import inspect
 from .metrics import METRICS
 from .metrics.pdfs import ARCHIVE_MEMBER_METRICS
 from .metrics.slides import OPTIONS as PPTX_OPTIONS
-from .rule_keys import flag_problem, unread_hint
+from .rule_keys import unread_hint
+from .step_values import FLAG, NUMBER, TEXT, WHOLE, Kind, one_of
 
-__all__ = ["DEAD", "FLAGS", "OPTIONS", "option_problem", "reads_option"]
+__all__ = ["DEAD", "FLAGS", "OPTIONS", "VALUES", "option_problem", "reads_option"]
 
 _DOCX = ("content_only", "delete_empty_lines", "fuzzy_match", "ignore_blanks", "ignore_case", "ignore_order")
 
@@ -62,6 +66,26 @@ FLAGS: dict[str, tuple[str, ...]] = {
     "literal_match": ("ignore_case",),
 }
 
+#: metric -> the options it reads as a value of one kind (:mod:`.step_values`'): a number
+#: compared with a score (``"ssim_threshold": "0.85"`` raised a TypeError at every grading, the
+#: attempt scored 0), a word count compared with a count (``"3"`` never equal: 0 whatever the
+#: agent wrote), an index, a name the metric looks up (a literal_match ``type`` or an
+#: ``osname`` it does not know raised)
+VALUES: dict[str, dict[str, Kind]] = {
+    "check_accessibility_tree": {"osname": one_of("ubuntu")},
+    "check_brightness_decrease_and_structure_sim": {"threshold": NUMBER},
+    "check_python_file_by_test_suite": {"test_function_name": TEXT},
+    "check_structure_sim_with_threshold": {"ssim_threshold": NUMBER},
+    "check_tabstops": {"index": WHOLE, "word_number_split_by_tabstop": WHOLE},
+    "compare_archive": {"file_path": TEXT},
+    "compare_images": {"reference_base_result": NUMBER},
+    "compare_pptx_files": {"approximately_tolerance": NUMBER},
+    "compare_references": {"reference_base_result": NUMBER, "reference_indicator": TEXT},
+    "compare_videos": {"max_frames_to_check": WHOLE, "threshold": NUMBER},
+    "evaluate_colored_words_in_tables": {"threshold": NUMBER},
+    "literal_match": {"type": one_of("str", "list")},
+}
+
 #: (metric, option) pairs OSWorld's real tasks give that OSWorld itself never reads, with where
 DEAD: dict[tuple[str, str], str] = {
     ("compare_pptx_files", "_note"): "a comment in 7ae48c60's options",
@@ -92,9 +116,11 @@ def option_problem(func: str, options: dict, states: int = 2) -> str | None:
                    f"({', '.join(map(repr, ARCHIVE_MEMBER_METRICS))})"
         member = ARCHIVE_MEMBER_METRICS[kind].__name__
     for key, value in options.items():
-        flag = flag_problem(value) if key in (*FLAGS.get(func, ()), *FLAGS.get(member, ())) else None
-        if flag:
-            return f"its option {key!r} is {flag}"
+        flag = key in (*FLAGS.get(func, ()), *FLAGS.get(member, ()))
+        kind = FLAG if flag else VALUES.get(func, {}).get(key) or VALUES.get(member, {}).get(key)
+        problem = kind.problem(value) if kind else None
+        if problem:
+            return f"its option {key!r} {problem}"
         if reads_option(func, key) or (func, key) in DEAD or (member and reads_option(member, key)):
             continue
         known = [*OPTIONS.get(func, ()), *_named(func)[states:], *(OPTIONS.get(member, ()) if member else ())]
