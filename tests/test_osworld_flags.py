@@ -49,12 +49,32 @@ def test_a_string_other_than_true_for_a_flag_is_refused_at_load(tmp_path):
     assert_each_refused(tmp_path, MISTAKES)
 
 
+#: a getter's flag given what surely is no flag, though it reads as one in OSWorld too
+OF_ANOTHER_KIND = {
+    "multi-list": (IMAGES, lambda ev: ev["expected"].update(multi=[False]),
+                   "evaluator expected getter 'cloud_file' of metric 'compare_image_list' has 'multi' [False], a list, "
+                   "which reads as true (a list or an object reads as true unless empty, as in OSWorld): give true or "
+                   "false"),
+    "shell-2": (SCRIPT, lambda ev: ev["result"].update(shell=2),
+                "evaluator result getter 'vm_command_line' of metric 'exact_match' has 'shell' 2, a number, which reads "
+                "as true (any number but 0 does, as in OSWorld): give true or false"),
+}
+
+
+@needs_set
+def test_a_getters_flag_of_a_list_or_a_number_but_0_or_1_is_refused_at_load(tmp_path):
+    """As a step's flag and a metric's (test_osworld_step_truthiness, test_osworld_option_values);
+    1 loads (test_the_real_tasks_true_strings_and_a_flags_true_load)."""
+    assert_each_refused(tmp_path, OF_ANOTHER_KIND)
+
+
 @needs_set
 def test_the_real_tasks_true_strings_and_a_flags_true_load(tmp_path):
     """The real tasks broken above load as they are ("multi": "true", "shell": "true"), as does
     "True" for an option, which reads as meant."""
     tasks = {Path(source).stem: (source, lambda ev: None) for source, _, _ in MISTAKES.values()}
     tasks["ignore-case-True"] = (LITERAL, lambda ev: ev["options"].update(ignore_case="True"))
+    tasks["shell-1"] = (SCRIPT, lambda ev: ev["result"].update(shell=1))
     done = run_cli("--data", str(changed_folder(tmp_path, tasks)), "--dry-run", *MODEL_AGENT)
     assert done.returncode == 0, said(done)
     assert f"runnable {len(tasks)} of {len(tasks)} tasks" in done.stdout, said(done)

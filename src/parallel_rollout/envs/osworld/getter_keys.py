@@ -10,7 +10,8 @@ missing failed every grading), :data:`OPTIONAL` those it reads with one; :func:`
 names a key in neither (and the nearest one the getter reads) as the folder loads. A key
 starting with ``_`` is a comment, as in the evaluator. :data:`FLAGS` are the keys a getter
 reads as a flag: a string there reads as true, ``"multi": "false"`` fetched a list, so one
-other than "true" (which OSWorld's tasks write) is refused. :func:`files_problem` checks what a
+other than "true" (which OSWorld's tasks write) is refused, as are a list, an object and a
+number other than 0 or 1 (a step's flag's kind, :data:`.step_values.FLAG`). :func:`files_problem` checks what a
 file getter's ``multi`` and ``gives`` pick. tests/test_osworld_getter_keys.py
 checks both lists against each getter's code and the 369 real tasks.
 """
@@ -19,7 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .rule_keys import flag_problem, unread_hint
+from .rule_keys import unread_hint
+from .step_values import FLAG
 
 __all__ = ["FIELDS", "FLAGS", "OPTIONAL", "VALUES", "files_problem", "key_problem", "reads"]
 
@@ -91,9 +93,9 @@ def key_problem(getter: dict) -> str | None:
         if key not in known:
             hint = unread_hint(key, list(known), "it reads no key but 'type'")
             return f"has the key {key!r}, which the getter does not read: {hint} (a comment's key starts with '_')"
-        flag = flag_problem(value) if key in FLAGS.get(kind, ()) else None
-        if flag:
-            return f"has {key!r} {flag}"
+        flag = FLAG.problem(value) if key in FLAGS.get(kind, ()) else None
+        if flag:  # "is 'false', a string, …"
+            return f"has {key!r} {flag.removeprefix('is ')}"
         allowed = VALUES.get((kind, key))
         if allowed is not None and value not in allowed:
             return f"has {key!r} {value!r}, which the getter does not read (it reads {', '.join(map(repr, allowed))})"
