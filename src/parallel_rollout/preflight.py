@@ -47,6 +47,7 @@ from .agents.model_checks import calls_model, check_agent, may_call_model, probe
 from .config import RunConfig, data_required
 from .config_checks import key_as_given, said_if_given
 from .envs import get_env, run_task_set, with_mode_defaults
+from .envs.base import guest_check
 from .errors import ConfigError, ProviderUnavailable
 from .output_checks import check_free_disk
 from .plugins import plugin_call
@@ -118,9 +119,9 @@ def preflight(cfg: RunConfig, *, check_endpoint: bool = False) -> Preflight:
 
             _check("machines", lambda: check_vm_files(cfg.provider_name, ProviderOptions(
                 path_to_vm=cfg.path_to_vm, snapshot_name=cfg.snapshot_name)), found)
-        check_guest = getattr(env_cls, "check_guest", None)  # web: the Chromium a guest would use
-        if check_guest is not None:
-            _check("guest", lambda: check_guest(get_provider(cfg.provider_name).name or cfg.provider_name), found)
+        # web: the Chromium a guest would use; a mode that knows nothing before a boot says nothing
+        _check("guest", lambda: guest_check(env_cls, lambda: get_provider(cfg.provider_name).name
+                                            or cfg.provider_name), found)
     vm_problems = found.problems[vm_from:]
     if cfg.backend == "ray" and cfg.ray_address:
         _check("cluster", lambda: _cluster_reachable(cfg), found)

@@ -33,6 +33,7 @@ from .config import RunConfig, data_required, default_run_id
 from .config_checks import check_vm_sharing, key_as_given, said_if_given
 from .engine import Engine
 from .envs import get_env, run_task_set, with_mode_defaults
+from .envs.base import guest_check
 from .envs.registry import answer_like_warnings
 from .errors import (ConfigError, ProviderUnavailable, TaskFileError, VMSettingsMismatch, handled_stop_signals,
                      raise_interrupted)
@@ -151,9 +152,8 @@ class Runner:
         for line in answer_like_warnings(tasks, self.agent_cls):
             log.warning("%s", line)
         plugin_call(f"mode {cfg.mode!r}: prepare_run", self.env_cls.prepare_run, tasks)
-        check_guest = getattr(self.env_cls, "check_guest", None)  # web: Chromium where it is known
-        if check_guest is not None and self.provider_cls is not None:
-            check_guest(self.provider_cls.name or cfg.provider_name)
+        if self.provider_cls is not None:  # web: Chromium where it is known
+            guest_check(self.env_cls, self.provider_cls.name or cfg.provider_name)
         samples = expand(tasks, cfg.group_size)
         # The engine checks its provider (available here, options it can honour).
         # sized by the run's samples here (its checks made before the folder opens), by those

@@ -9,7 +9,7 @@ import reprlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar, ContextManager, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, ContextManager, Mapping, Protocol
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -118,6 +118,14 @@ class Env(abc.ABC):
         return []
 
     @staticmethod
+    def check_guest(provider_name: str) -> str | None:
+        """What can be known of this mode's guest on ``provider_name``'s VMs before one boots
+        (preflight and the run's start: web's Chromium on this host for the process provider):
+        a note of what was found, or ProviderUnavailable. None: nothing is known before a boot
+        (its first episode finds out). Asked through ``guest_check``."""
+        return None
+
+    @staticmethod
     def cut_cleanup() -> str | None:
         """A Python program ending what an episode of this mode starts in the VM apart from
         its guest calls (the web mode's page server and Chromium), which a provider whose
@@ -159,6 +167,16 @@ class Env(abc.ABC):
         ``details["success"]`` says otherwise (an env with its own reward scale, such as
         Sokoban's return; a reward outside [0, 1] without it is warned of once per worker,
         and counts as success when >= 1)."""
+
+
+def guest_check(env_cls: type[Env], provider_name: str | Callable[[], str]) -> str | None:
+    """``env_cls.check_guest`` of the provider of the run's VMs, the one way the run's start,
+    preflight and an RL scheduler ask it. ``provider_name``: its name, or how to find it, which
+    a mode that knows nothing of its guest before a boot (``Env``'s None) never asks: preflight's
+    lookup of the provider is a check of its own (an unknown provider, said once)."""
+    if env_cls.check_guest is Env.check_guest:
+        return None
+    return env_cls.check_guest(provider_name if isinstance(provider_name, str) else provider_name())
 
 
 class EnvContractError(TypeError):

@@ -317,6 +317,7 @@ def check_tags_use(run_config: RunConfig, task_sets: list[TaskSet]) -> None:
     ProviderUnavailable. Each was ignored, or failed every episode once the workers started."""
     from ..agents import get_agent
     from ..envs import get_env
+    from ..envs.base import guest_check
     from ..honoured import check_honoured, setting_users
 
     agent_cls = get_agent(run_config.agent)
@@ -327,9 +328,8 @@ def check_tags_use(run_config: RunConfig, task_sets: list[TaskSet]) -> None:
         provider = _provider_name(run_config) if env_cls.needs_vm() else None
         for name, (needed_by, used) in setting_users(env_cls, agent_cls, provider).items():
             users[name] = (needed_by, users.get(name, (needed_by, frozenset()))[1] | used)
-        check_guest = getattr(env_cls, "check_guest", None)  # web: Chromium where it is known
-        if check_guest is not None and provider is not None:
-            check_guest(provider)
+        if provider is not None:  # web: Chromium where it is known
+            guest_check(env_cls, provider)
     # a field set to None (or nothing) sets nothing: ``model=None`` for the command agent
     set_to = {name for name, value in given_settings(run_config).items() if value not in (None, "", ())}
     given = dataclasses.replace(run_config, explicit=frozenset(set_to))
