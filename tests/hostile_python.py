@@ -213,6 +213,14 @@ PYTHON_ROWS["rig_check_python_home_given_pth"] = ([USER_PTH], "python3 -c 'impor
 PYTHON_ROWS["rig_check_python_exec_c_pth"] = ([USER_PTH], "bash -c 'exec -c python3 -c \"import sys; sys.exit(3)\"'", False)
 PYTHON_ROWS["rig_check_python_versioned_exec_c_pth"] = ([USER_PTH], f"bash -c 'exec -c {os.path.realpath(SYSTEM_PYTHON)} -c"
                                                                     " \"import sys; sys.exit(3)\"'", False)
+#: a python that reads its bytecode elsewhere (PYTHONPYCACHEPREFIX, -X pycache_prefix: a folder of the
+#: check's) found no encodings bytecode there and compiled the module's source, which had no front:
+#: the answer's .pth ran (its os._exit(0) passed the check); the front is in the source too
+PYCACHE_ELSEWHERE = "\"PYTHONPYCACHEPREFIX\": __import__(\"tempfile\").mkdtemp()"
+PYTHON_ROWS["rig_check_python_pycache_prefix_pth"] = (
+    [USER_PTH], PYTHON_ROWS["rig_check_python_home_given_pth"][1].replace("\"HOME\": os.environ[\"HOME\"]", PYCACHE_ELSEWHERE), False)
+PYTHON_ROWS["rig_check_python_x_pycache_prefix_pth"] = (
+    [USER_PTH], env_empty('"python3", "-X", "pycache_prefix=" + __import__("tempfile").mkdtemp(), "-c", "import sys; sys.exit(3)"'), False)
 PYTHON_ROWS["rig_check_doctest_own_path"] = (PYTHON_ROWS["rig_check_doctest_home_module"][0],
                                              PYTHON_ROWS["rig_check_doctest_home_module"][1].replace(
                                                  "python3 -m", "PATH=/usr/bin:/bin python3 -m"), False)
@@ -247,7 +255,8 @@ PYTHON_PROGRAMS = {"rig_check_pytest_ini": "pytest", "rig_check_pytest_conftest"
                    "rig_check_python_env_empty_home_module": "python3", "rig_check_python_env_empty_usercustomize": "python3",
                    "rig_check_python_env_empty_pth": "python3", "rig_check_python_sys_executable_env_empty_pth": "python3",
                    "rig_check_python_exec_c_pth": "python3", "rig_check_python_versioned_exec_c_pth": "python3",
-                   "rig_check_python_home_given_pth": "python3",
+                   "rig_check_python_home_given_pth": "python3", "rig_check_python_pycache_prefix_pth": "python3",
+                   "rig_check_python_x_pycache_prefix_pth": "python3",
                    "rig_check_doctest_own_path": "python3", "rig_check_doctest_isolated_by_path": "python3",
                    "rig_check_pytest_own_pythonpath_by_path": "pytest"}
 

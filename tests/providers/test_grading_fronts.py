@@ -16,7 +16,7 @@ import tarfile
 import pytest
 
 from hostile_tasks import SHELL_ROWS, check_finished, check_row, run_table
-from parallel_rollout.pool.providers import docker, grading_fronts, images, qemu_image
+from parallel_rollout.pool.providers import docker, grading_fronts, images, python_front, qemu_image
 from qemu_support import image  # noqa: F401 (the qemu guest image, built when missing)
 
 #: the by-path rows the guest images (minbase and python3) can run: env and python3 by their paths
@@ -28,8 +28,11 @@ BY_PATH = ("rig_check_unittest_env_by_path", "rig_check_unittest_isolated_by_pat
            # python run with an environment of its own: started again by its encodings' front, before
            # `site` reads the answer's .pth (pool/providers/python_front.py)
            "rig_check_python_env_empty_pth", "rig_check_python_sys_executable_env_empty_pth",
-           "rig_check_python_home_given_pth", "rig_check_python_exec_c_pth", "rig_check_python_versioned_exec_c_pth")
+           "rig_check_python_home_given_pth", "rig_check_python_exec_c_pth", "rig_check_python_versioned_exec_c_pth",
+           # and one that reads its bytecode elsewhere: the front is in encodings' source too
+           "rig_check_python_pycache_prefix_pth", "rig_check_python_x_pycache_prefix_pth")
 SITECUSTOMIZE = "/etc/python3.11/sitecustomize.py"
+ENCODINGS = "/usr/lib/python3.11/encodings/__init__.py"
 
 
 def _rootfs_file(path: str) -> bytes:
@@ -42,12 +45,13 @@ def _rootfs_file(path: str) -> bytes:
 
 def _expected() -> dict[str, bytes]:
     """Each fronted path of the guest image and what it must hold: the front, and the system's
-    own at /opt/system-originals."""
+    own at /opt/system-originals; python's encodings with its front at its end."""
     env = "/usr/bin/env"
     return {env: (grading_fronts.GRADING_BIN / "system_front").read_bytes(),
             "/opt/system-originals/env": _rootfs_file(env),
             SITECUSTOMIZE: (grading_fronts.GRADING_BIN / "system_sitecustomize.py").read_bytes(),
-            "/opt/system-originals/sitecustomize.py": _rootfs_file(SITECUSTOMIZE)}
+            "/opt/system-originals/sitecustomize.py": _rootfs_file(SITECUSTOMIZE),
+            ENCODINGS: python_front.fronted_source(_rootfs_file(ENCODINGS))}
 
 
 @pytest.mark.slow

@@ -1,7 +1,7 @@
 
 
-# ---- the grading front, appended to the guest python's own encodings/__init__.py in the bytecode
-# laid over that module's own in the process, docker and qemu guests (../../pool/providers/
+# ---- the grading front, appended to the guest python's own encodings/__init__.py in the source and
+# bytecode laid over that module's own in the process, docker and qemu guests (../../pool/providers/
 # python_front.py). Python imports encodings as it starts, before `site`, which runs the lines of a
 # .pth of the user site that begin with "import" before any sitecustomize.py: a grading command's
 # python run with an environment of its own (`subprocess.run(["python3", …], env={"HOME": home})`,

@@ -37,10 +37,10 @@ One plan (:func:`plan`) from the guest's files as they are, three ways to lay it
 * a qemu image's tree gets them moved in place (:func:`install_in_tree`);
 * a docker image's tarball gets them as extra files (:func:`tarball_files`).
 
-Each lays python's ``encodings`` bytecode with its front too (``python_front.py``: a grading
-python run with an environment of its own is started again there, before ``site`` reads a
-``.pth`` of the answer's): the process VM's folder holds it, bound at the module's cached path
-and again under :data:`HOST_USR`; the images get it in place of their own.
+Each lays python's ``encodings`` source and bytecode with its front too (``python_front.py``: a
+grading python run with an environment of its own is started again there, before ``site`` reads
+a ``.pth`` of the answer's): the process VM's folder holds them, bound at the module's paths and
+again under :data:`HOST_USR`; the images get them in place of their own.
 
 Left as it is: a program whose real file is of another name (``vi`` of ``vim.basic``, psql of
 pg_wrapper, ``npm`` of ``npm-cli.js``: a multi-call program, or one an alternative names), one
@@ -236,16 +236,21 @@ def _stdlib(files: GuestFiles, python: str) -> str:
                                    os.path.basename(executable)))
 
 
-def image_encodings(files: GuestFiles, python: str) -> tuple[str, bytes] | None:
-    """Where a guest image's ``python`` keeps its encodings' bytecode, and that bytecode with the
-    grading front (python_front.py); None where it keeps none, or no python of the host is of
-    its version."""
+def image_encodings(files: GuestFiles, python: str) -> dict[str, bytes]:
+    """A guest image's ``python``'s encodings with the grading front (python_front.py) by the
+    paths they go at: its source, and its bytecode where it keeps some and a python of the host
+    is of its version."""
     folder = os.path.join(_stdlib(files, python), "encodings")
+    module = f"{folder}/__init__.py"
+    if not (source := files.read(module)):
+        return {}
+    fronted = {module: python_front.fronted_source(source)}
     cached = sorted(f"{folder}/__pycache__/{name}" for name in files.listdir(f"{folder}/__pycache__")
                     if re.fullmatch(r"__init__\.[\w-]+\.pyc", name))
-    source, old = files.read(f"{folder}/__init__.py"), files.read(cached[0]) if cached else None
-    data = python_front.image_bytecode(source, old[:4], f"{folder}/__init__.py") if source and old else None
-    return (cached[0], data) if data else None
+    old = files.read(cached[0]) if cached else None
+    if old and (data := python_front.image_bytecode(fronted[module], old[:4], module)):
+        fronted[cached[0]] = data
+    return fronted
 
 
 @functools.lru_cache(maxsize=4)
@@ -372,10 +377,8 @@ def _make(scratch: Path, python: str) -> None:
         if os.path.dirname(real) != FRONTED:
             binds += ["--ro-bind", str(GRADING_BIN / front), real]
     # python's encodings with its front (python_front.py), by /usr and by the host's /usr here
-    cached = python_front.write_bytecode(python, scratch / "encodings.pyc")
-    if cached is not None:
-        binds += ["--ro-bind", "./encodings.pyc", cached,
-                  "--ro-bind", "./encodings.pyc", HOST_USR + cached[len("/usr"):]]
+    for name, real in python_front.write_fronted(python, scratch):
+        binds += ["--ro-bind", f"./{name}", real, "--ro-bind", f"./{name}", HOST_USR + real[len("/usr"):]]
     (scratch / "binds.json").write_text(json.dumps(binds), encoding="utf-8")
     for folder in (scratch, bin_dir, originals, originals / HOST_USR.rsplit("/", 1)[1]):
         os.chmod(folder, 0o755)
@@ -405,8 +408,8 @@ def install_in_tree(tree: Path, python: str = "/usr/bin/python3") -> Plan:
         path = tree / real.lstrip("/")
         path.write_bytes(data)
         path.chmod(mode)
-    if encodings := image_encodings(GuestFiles(str(tree)), python):
-        (tree / encodings[0].lstrip("/")).write_bytes(encodings[1])
+    for path, data in image_encodings(GuestFiles(str(tree)), python).items():
+        (tree / path.lstrip("/")).write_bytes(data)
     return laid
 
 
@@ -427,8 +430,7 @@ def tarball_files(tarball: Path, python: str = "/usr/bin/python3") -> dict[str, 
             handle = archive.extractfile(member)
             extra[kept] = (handle.read() if handle else b"", stat.S_IMODE(member.mode))
             first[real] = os.path.basename(kept)
-    if encodings := image_encodings(files, python):
-        extra[encodings[0]] = (encodings[1], 0o644)
+    extra.update((path, (data, 0o644)) for path, data in image_encodings(files, python).items())
     return extra
 
 
