@@ -27,13 +27,14 @@ import dataclasses
 import math
 import numbers
 import operator
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from ..config import RunConfig, check_fields
 from ..config_checks import check_vm_sharing, validate_ranges
-from ..errors import ConfigError
+from ..errors import ConfigError, TaskFileError
 
 
 @dataclass(frozen=True)
@@ -188,7 +189,13 @@ def load_tasks_of(tag: str, task_set: TaskSet) -> list[Any]:
         # tags=("8x8") is a string: its letters were the tags, and no task carried them
         raise ConfigError(f"tag {tag!r}: TaskSet.tags must be a tuple of tag names (one tag: ({task_set.tags!r},)), "
                           f"got {task_set.tags!r}")
-    tasks = load_tasks(task_set.data, default_mode=task_set.mode, validators=task_validators())
+    try:
+        tasks = load_tasks(task_set.data, default_mode=task_set.mode, validators=task_validators())
+    except TaskFileError as exc:  # the loader's --mode and --data are the tag's TaskSet's
+        exc.args = (re.sub(r"--(mode|data)(?: ([^\s?:;,()]+))?",
+                           lambda flag: f"TaskSet.{flag[1]}" + (f"={flag[2]!r}" if flag[2] else ""), str(exc)),
+                    *exc.args[1:])
+        raise
     if task_set.tags:
         tasks = [t for t in tasks if set(task_set.tags) <= set(t.tags)]
     if task_set.limit:
