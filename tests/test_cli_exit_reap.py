@@ -48,30 +48,34 @@ print("trackers:", sorted(stat(p)[0] for p in trackers))
 """
 
 
-def under_a_pid_1_that_reaps_nothing(tmp_path, argv: list[str]) -> dict:
+def under_a_pid_1_that_reaps_nothing(tmp_path, argv: list[str], env: dict | None = None) -> dict:
     """Run ``argv`` in a new pid namespace whose pid 1 is ``INIT``: what it said, by line
     ('trackers': each a /proc state (Z: a zombie) or 'reaped'; 'zombies': how many were left
-    to it, during the run or after). Skips where that cannot run."""
+    to it, during the run or after). ``env``: variables added to this process's (a
+    PYTHONPATH goes before its own). Skips where that cannot run."""
     unshare = shutil.which("unshare")
     if unshare is None or subprocess.run([unshare, "--pid", "--fork", "--mount-proc", "true"]).returncode != 0:
         pytest.skip("needs unshare --pid (root, or user namespaces)")
     if shutil.which("bwrap") is None:
         pytest.skip("needs bubblewrap")
     (tmp_path / "init.py").write_text(INIT)
+    env = {**os.environ, **(env or {})}
+    if os.environ.get("PYTHONPATH") and "PYTHONPATH" in env:
+        env["PYTHONPATH"] += os.pathsep + os.environ["PYTHONPATH"]
     said = subprocess.run([unshare, "--pid", "--fork", "--mount-proc", sys.executable, str(tmp_path / "init.py"),
-                           *argv], capture_output=True, text=True, timeout=300)
+                           *argv], capture_output=True, text=True, timeout=300, env=env)
     assert said.returncode == 0, said.stderr
     lines = dict(line.split(": ", 1) for line in said.stdout.splitlines()[-2:])
     assert set(lines) == {"zombies", "trackers"}, said.stdout
     return {key: ast.literal_eval(value) for key, value in lines.items()}
 
 
-def run_under_a_pid_1_that_reaps_nothing(tmp_path, tasks: list[dict], *flags: str) -> dict:
+def run_under_a_pid_1_that_reaps_nothing(tmp_path, tasks: list[dict], *flags: str, env: dict | None = None) -> dict:
     """A run of the command on ``tasks`` (``under_a_pid_1_that_reaps_nothing``)."""
     data = write_tasks(tmp_path / "tasks.jsonl", tasks)
     return under_a_pid_1_that_reaps_nothing(tmp_path, [
         sys.executable, str(ROOT / "run_parallel_rollout.py"), "--mode", "shell", "--data", str(data),
-        "--output-dir", str(tmp_path / "out"), "--no-progress", *flags])
+        "--output-dir", str(tmp_path / "out"), "--no-progress", *flags], env=env)
 
 
 def test_a_run_under_a_pid_1_that_reaps_nothing_leaves_no_resource_tracker_zombie(tmp_path):

@@ -32,6 +32,11 @@ uses (pid, sentinel, exit code, join) is the same. What this module adds to the 
   would hang the run without a word. The server says when its imports are done (a file
   ``_SERVER_ENV`` names); the caller logs a line every ``_SAY_EVERY_S`` meanwhile, and past
   the deadline kills it and raises ``ServerStartTimeout`` naming the modules.
+* **The workers' reaper.** The server is their child subreaper: an orphan a worker leaves
+  (the namespace init of a command agent that ended on its own, which its bubblewrap left
+  unreaped) comes to it, not to the container's pid 1, which may reap nothing (``docker
+  run`` without --init, a pod): the stdlib's server already reaps every child it has
+  (``waitpid(-1)`` at each SIGCHLD), and forks nothing but workers.
 * **Its death.** The server reports its workers' exit codes; one killed from outside takes
   them along, and multiprocessing then reports every worker as exited (code 255) while it
   still runs. ``still_running`` tells the backend, which kills such a worker before it
@@ -50,12 +55,14 @@ import signal
 import tempfile
 import threading
 import time
+import warnings
 from multiprocessing import forkserver, spawn
 from typing import Any
 
 import psutil
 
 from ..errors import follow_the_runner_on_sigterm
+from ..pool.providers import orphans
 
 #: what the server imports before it forks anything: this module (which runs the main
 #: module, see ``_preload_main``) and the worker's own modules
@@ -301,5 +308,8 @@ _preload_main()
 _preload_plugins()
 if _ready:
     follow_the_runner_on_sigterm()  # so does a SIGTERM sent to the whole job (its workers reset it)
+    orphans.hold()  # never released: the workers' reaper (see the module doc)
+    # an adopted orphan is no worker of its: its reaping is no surprise to be warned of
+    warnings.filterwarnings("ignore", message="forkserver: waitpid returned unexpected pid")
     with open(_ready, "w") as _fh:  # the imports are done: _wait_ready's caller goes on
         _fh.write("ready")
