@@ -128,7 +128,7 @@ class Engine(EngineCancels):
                  check_provider: bool = True, said: Callable[[str], str] | None = None) -> None:
         self.run_dir = Path(run_dir)
         #: the front end's words for what the engine says of its own: a record's failure (and the
-        #: retry event quoting it), the engine thread's warnings; an RL scheduler's name the
+        #: retry event quoting it), why it stopped (``error``), the engine thread's warnings; an RL scheduler's name the
         #: trainer's RunConfig fields where the core says the CLI's flags (``--max-retries 1``)
         self._said = said
         self.run_id = run_id or config.run_id or self.run_dir.name
@@ -360,8 +360,8 @@ class Engine(EngineCancels):
         """Stop dispatching for good: the engine cannot go on (``error`` says why)."""
         with self._lock:
             if self.error is None and not self._closing:
-                self.error = reason
-                log.error("stopping: %s", reason)
+                self.error = reason if self._said is None else self._said(reason)  # a front end's error quotes it
+                log.error("stopping: %s", self.error)
             self._changed.notify_all()
 
     def _dispatch(self) -> None:

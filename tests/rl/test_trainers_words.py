@@ -129,3 +129,17 @@ def test_a_task_file_the_scheduler_cannot_load_names_the_task_sets_fields(tmp_pa
                        EnvManagerConfig(group_size=2, tags=["sums"], task_sets={"sums": task_set}))
         assert said in str(caught.value) and "--" not in str(caught.value), str(caught.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_engines_stop_on_a_full_disk_names_the_run_configs_fields(tmp_path, server, schedulers):
+    """results.jsonl on a full disk (/dev/full): get_batch's RolloutError said "the rollout
+    engine stopped: cannot write …: No space left on device; … rerun with --resume", a flag
+    where the trainer's way back is RunConfig(resume=True)."""
+    train = schedulers(rl_config(tmp_path, server, num_rollouts=1),
+                       EnvManagerConfig(group_size=2, tags=["tiny"], task_sets=tiny_lakes(tmp_path, "tiny", 2)))
+    (train.run_dir / "results.jsonl").symlink_to("/dev/full")  # opened at the first record
+    with pytest.raises(RolloutError) as caught:
+        train.get_batch(batch_size=2, step=0, timeout=120)
+    message = str(caught.value)
+    assert message.startswith("the rollout engine stopped: cannot write ") and "No space left on device" in message
+    assert "rerun with resume=True" in message and "--" not in message, message
