@@ -67,6 +67,16 @@ def test_a_range_error_names_the_setting_as_the_cli_and_a_python_call_spell_it(t
     assert called.startswith(call_says) and "--" not in called, called
 
 
+def test_a_setting_an_error_names_beside_the_one_it_is_of_is_in_the_same_words(tmp_path):
+    """max_model_len without a tokenizer for the openai agent: a config file's user was told
+    ``max_model_len=4096 … set tokenizer=``, a Python call's words."""
+    said = cli_error(tmp_path, "--agent", "openai", "--base-url", "http://127.0.0.1:9/v1", toml="max-model-len = 4096")
+    assert "max-model-len bounds token-id prompts (to 4096)" in said and "set tokenizer or leave max-model-len out" \
+        in said and "max_model_len" not in said and "tokenizer=" not in said, said
+    called = call_error(tmp_path, agent="openai", base_url="http://127.0.0.1:9/v1", max_model_len=4096)
+    assert "set tokenizer or leave max_model_len out" in called, called
+
+
 def test_the_flags_range_errors_name_the_flag_typed(tmp_path):
     """On the command line: the flag, as typed (OSWorld's spelling too)."""
     assert "Error: --server-cooldown must be 0 or more (seconds)" in cli_error(tmp_path, "--server-cooldown", "-1")

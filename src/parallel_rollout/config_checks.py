@@ -351,10 +351,11 @@ def check_token_settings(cfg: Any) -> None:
         raise ConfigError(f"{setting_name(cfg, 'max_model_len')} must be at least 1 (tokens), got {cfg.max_model_len}")
     if cfg.max_model_len is not None and cfg.agent == "openai" and not cfg.tokenizer:
         # it would be ignored: the openai agent sends token ids (what it bounds) only with a tokenizer
-        raise ConfigError(f"max_model_len={cfg.max_model_len} bounds token-id prompts, which the openai agent "
-                          "sends with tokenizer= only; without one the server renders the chat and its own "
+        bound, tokenizer = setting_name(cfg, "max_model_len"), setting_name(cfg, "tokenizer")
+        raise ConfigError(f"{bound} bounds token-id prompts (to {cfg.max_model_len}), which the openai agent "
+                          f"sends with a {tokenizer} only; without one the server renders the chat and its own "
                           "context limit applies (its 'too long' error ends the episode as context_overflow): "
-                          "set tokenizer= or leave max_model_len out")
+                          f"set {tokenizer} or leave {bound} out")
 
 
 #: what other eval harnesses and CI tools call the gates -> the setting it is here: the nearest
