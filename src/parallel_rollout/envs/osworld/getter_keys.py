@@ -11,9 +11,11 @@ names a key in neither (and the nearest one the getter reads) as the folder load
 starting with ``_`` is a comment, as in the evaluator. :data:`FLAGS` are the keys a getter
 reads as a flag: a string there reads as true, ``"multi": "false"`` fetched a list, so one
 other than "true" (which OSWorld's tasks write) is refused, as are a list, an object and a
-number other than 0 or 1 (a step's flag's kind, :data:`.step_values.FLAG`). :func:`files_problem` checks what a
-file getter's ``multi`` and ``gives`` pick. tests/test_osworld_getter_keys.py
-checks both lists against each getter's code and the 369 real tasks.
+number other than 0 or 1 (a step's flag's kind, :data:`.step_values.FLAG`). :data:`KINDS`
+are the keys a getter reads as a value of one kind (a ``dest`` a string, a command).
+:func:`files_problem` checks what a file getter's ``path``, ``dest``, ``multi`` and ``gives``
+pick. tests/test_osworld_getter_keys.py checks both lists against each getter's code and the
+369 real tasks.
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ from __future__ import annotations
 from typing import Any
 
 from .rule_keys import unread_hint
-from .step_values import FLAG
+from .step_values import COMMAND, FLAG, TEXT, Kind
 
-__all__ = ["FIELDS", "FLAGS", "OPTIONAL", "VALUES", "files_problem", "key_problem", "reads"]
+__all__ = ["FIELDS", "FLAGS", "KINDS", "OPTIONAL", "VALUES", "files_problem", "key_problem", "reads"]
 
 _DEST = ("dest",)
 #: getter type -> the keys it reads without a default, as OSWorld's own do: one missing is the
@@ -75,6 +77,21 @@ FLAGS: dict[str, tuple[str, ...]] = {
     "vm_file": ("multi", "time_suffix"), "cloud_file": ("multi",), "vm_command_line": ("shell",),
     "vm_command_error": ("shell",), "url_dashPart": ("needDeleteId",), "active_tab_url_parse": ("split_list",)}
 
+_NAMED = ("cookie_data", "history", "vlc_config", "vlc_playing_info", "vm_wallpaper", "gimp_config_file",
+          "vscode_config", "pdf_from_url", "audio_in_slide", "background_image_in_slide")
+#: (getter type, key) -> the kind of value the getter reads there (:mod:`.step_values`): a
+#: file's name in the attempt's cache folder (``dest``), a path on the guest, a URL, a
+#: command; another raised as grading fetched the state, and the metric scored 0 whatever
+#: the agent did (a vm_file's and a cloud_file's path and dest: :func:`files_problem`)
+KINDS: dict[tuple[str, str], Kind] = {
+    **{(kind, "dest"): TEXT for kind in _NAMED},
+    **{(kind, "command"): COMMAND for kind in ("vm_command_line", "vm_command_error")},
+    **{(kind, "ppt_file_path"): TEXT for kind in ("audio_in_slide", "background_image_in_slide")},
+    **{(kind, "path"): TEXT for kind in ("cache_file", "list_directory", "pdf_from_url", "vscode_config",
+                                         "content_from_vm_file")},
+    ("page_info", "url"): TEXT, ("info_from_website", "url"): TEXT, ("gimp_config_file", "file_name"): TEXT,
+    ("vm_window_size", "app_class_name"): TEXT}
+
 
 def reads(kind: str) -> tuple[str, ...]:
     """Every key getter ``kind`` reads from its config besides ``type``."""
@@ -93,9 +110,10 @@ def key_problem(getter: dict) -> str | None:
         if key not in known:
             hint = unread_hint(key, list(known), "it reads no key but 'type'")
             return f"has the key {key!r}, which the getter does not read: {hint} (a comment's key starts with '_')"
-        flag = FLAG.problem(value) if key in FLAGS.get(kind, ()) else None
-        if flag:  # "is 'false', a string, …"
-            return f"has {key!r} {flag.removeprefix('is ')}"
+        need = FLAG if key in FLAGS.get(kind, ()) else KINDS.get((kind, key))
+        problem = need.problem(value) if need else None
+        if problem:  # "is 'false', a string, …"
+            return f"has {key!r} {problem.removeprefix('is ')}"
         allowed = VALUES.get((kind, key))
         if allowed is not None and value not in allowed:
             return f"has {key!r} {value!r}, which the getter does not read (it reads {', '.join(map(repr, allowed))})"
@@ -110,6 +128,10 @@ def files_problem(getter: dict) -> str | None:
     if getter["type"] not in ("vm_file", "cloud_file"):
         return None
     if not getter.get("multi"):
+        one = next((key for key in ("path", "dest") if key in getter and not TEXT.test(getter[key])), None)
+        if one:
+            said = TEXT.problem(getter[one]).removeprefix("is ")
+            return f"has {one!r} {said} (without 'multi': true the getter fetches one file)"
         if getter.get("time_suffix"):  # OSWorld's reads the file's creation time on the guest
             return ("has 'time_suffix', which this mode does not implement (its 'dest' named with the file's "
                     "creation time): drop it, and give 'dest' the name")
@@ -120,6 +142,8 @@ def files_problem(getter: dict) -> str | None:
     paths, dests = getter.get("path"), getter.get("dest")
     if not isinstance(paths, list) or not isinstance(dests, list) or len(paths) != len(dests):
         return "has 'multi', and its 'path' and 'dest' must be lists of the same length"
+    if not all(map(TEXT.test, paths + dests)):
+        return "has 'multi', and its 'path' and 'dest' must be lists of strings"
     gives = getter.get("gives", [0])
     if not isinstance(gives, list) or not all(
             isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(paths) for i in gives):
