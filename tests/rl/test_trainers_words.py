@@ -143,3 +143,19 @@ def test_the_engines_stop_on_a_full_disk_names_the_run_configs_fields(tmp_path, 
     message = str(caught.value)
     assert message.startswith("the rollout engine stopped: cannot write ") and "No space left on device" in message
     assert "rerun with resume=True" in message and "--" not in message, message
+
+
+def test_a_setting_the_engines_provider_refuses_names_the_run_configs_field(tmp_path, server, schedulers):
+    """RunConfig(vm_memory_mb=8), too little for a process sandbox, checked as the engine makes
+    its provider: the ConfigError RolloutScheduler(...) raised said "--vm-memory-mb 8 is too
+    little for a sandbox", a flag the trainer never gave."""
+    from parallel_rollout.errors import ConfigError
+    from parallel_rollout.rl import TaskSet
+
+    shell = tmp_path / "chores.jsonl"
+    shell.write_text(json.dumps({"id": "c0", "mode": "shell", "instruction": "touch x", "check": "test -f x"}) + "\n")
+    with pytest.raises(ConfigError) as caught:
+        schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=1, vm_memory_mb=8),
+                   EnvManagerConfig(group_size=2, tags=["chores"], task_sets={"chores": TaskSet("shell", str(shell))}))
+    assert "vm_memory_mb=8 is too little for a sandbox" in str(caught.value), str(caught.value)
+    assert "--" not in str(caught.value), str(caught.value)

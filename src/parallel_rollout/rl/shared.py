@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, ProviderUnavailable
 from ..logs import reworded
 from ..policy_gate import PolicyGate
 from .config import in_the_trainers_words
@@ -134,7 +134,9 @@ class SharedEngine:
             shared.withhold(task_files)
             with reworded(said):
                 engine.start()  # its warnings (a cut max_concurrent_rollouts) said as the trainer set them
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, (ConfigError, ProviderUnavailable)):  # the provider's check of --path-to-vm …
+                exc.args = (in_the_trainers_words(str(exc), run_config, envs_per_worker is not None), *exc.args[1:])
             if shared is not None:  # the engine may have started its workers
                 shared.stop_or_leave()
                 raise
