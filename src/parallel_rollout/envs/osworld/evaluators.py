@@ -18,7 +18,7 @@ from .metrics import METRICS
 from .option_keys import option_problem
 from .rule_keys import RULE_GETTERS, MalformedRule, kind_of, rule_problem, task_rules, unread_hint
 from .rule_methods import table_rules_problem, value_rules_problem
-from .state_kinds import lists_problem, pairing_problem
+from .state_kinds import lists_problem, output_problem, pairing_problem
 
 __all__ = ["GETTERS", "METRICS", "normalized", "check_evaluator", "call_problem", "combine", "metric_named", "EVALUATOR_KEYS"]
 
@@ -166,8 +166,9 @@ def check_evaluator(evaluator: Any) -> None:
                 except (MalformedRule, ValueError, TypeError, AttributeError) as exc:
                     raise ValueError(f"{place.piece(role)} getter 'rule_relativeTime' of {place.metric}: "
                                      f"{exc}") from exc
-        # one path paired with a list's files (a letter with each), or lists of two lengths: a 0
-        problem = lists_problem(func, result, expected)
+        # one path paired with a list's files (a letter with each), or lists of two lengths, or
+        # a rule's number compared with a command's output: a 0
+        problem = lists_problem(func, result, expected) or output_problem(func, result, expected)
         if problem:
             raise ValueError(f"{place.head}: {problem}")
         if not isinstance(options, dict):

@@ -25,7 +25,10 @@ as a rule scored the task's own text, the same whatever the agent did: both are 
 file getter gives one path or a list (:func:`files_given`: ``multi`` picking several, a Drive
 getter's ``path_list``): a list where the metric opens one file raised, and one path where a
 metric pairs the files of two lists (:data:`LIST_FILES`) was paired a letter at a time with the
-other's files, or the list opened as one path: :func:`lists_problem` refuses the pair.
+other's files, or the list opened as one path: :func:`lists_problem` refuses the pair. A
+command's output is text (:data:`TEXT_GETTERS`): a rule's value a metric compares it with
+that is no string never matched it (``exact_match``'s output ``"100\n"`` never equals
+``100``) or raised (``is_in_list``'s ``100 in output``): :func:`output_problem` refuses it.
 tests/test_osworld_state_kinds.py calls each metric with the kind it cannot read, and checks
 that the kinds cover every metric.
 """
@@ -37,7 +40,7 @@ from typing import Any
 from .rule_keys import RULE_GETTERS, RULE_SHAPES, kind_of
 
 __all__ = ["EITHER", "EXPECTED_KINDS", "FILE_GETTERS", "FILE_METRICS", "LIST_FILES", "RESULT_KINDS", "RULE_METRICS",
-           "VALUE_GETTERS", "files_given", "lists_problem",
+           "TEXT_GETTERS", "VALUE_GETTERS", "files_given", "lists_problem", "output_problem",
            "pairing_problem"]
 
 #: the getters whose state is a local file's path (a list of them with ``multi``)
@@ -165,6 +168,31 @@ def lists_problem(func: str, result: Any, expected: Any) -> str | None:
         return (f"its result getter {result['type']!r} gives {_said(mine)} and its expected getter "
                 f"{expected['type']!r} {_said(theirs)}, and the metric pairs each result file with its expected "
                 f"one: give both one file, or lists of as many ('multi' and its 'gives')")
+    return None
+
+
+#: the getters whose state is text, a command's output or its errors
+TEXT_GETTERS = frozenset({"vm_command_line", "vm_command_error"})
+#: metric -> its rule's keys it compares a text result with, each as a string ("string") or a
+#: list of strings ("strings"); the rule shapes check the rest
+_TEXT_RULES = {"exact_match": {"expected": "string"}, "fuzzy_match": {"expected": "string"},
+               "is_in_list": {"expected": "string"}, "match_in_list": {"expected": "strings"},
+               "check_include_exclude": {"include": "strings", "exclude": "strings"}}
+
+
+def output_problem(func: str, result: Any, expected: Any) -> str | None:
+    """Why metric ``func``'s rule cannot match its result, a command's output (a string), or
+    None: a value of its rule compared with it that is no string (a list of them)."""
+    if not isinstance(result, dict) or result.get("type") not in TEXT_GETTERS or not isinstance(expected, dict) \
+            or expected.get("type") not in RULE_GETTERS or not isinstance(expected.get("rules"), dict):
+        return None
+    for key, kind in _TEXT_RULES.get(func, {}).items():
+        value = expected["rules"].get(key)
+        texts = isinstance(value, list) and all(isinstance(item, str) for item in value)
+        if key in expected["rules"] and not (texts if kind == "strings" else isinstance(value, str)):
+            return (f"its rule's {key!r} is {value!r}, {kind_of(value)}, and its result getter {result['type']!r} "
+                    f"gives a command's output, a string, which the metric compares it with (never a match): give "
+                    f"{'a list of strings' if kind == 'strings' else 'a string'}")
     return None
 
 
