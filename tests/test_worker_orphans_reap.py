@@ -1,7 +1,9 @@
-"""What a worker leaves when it does not reap it itself, under a pid 1 that reaps nothing (a
-container's ``sh`` as init, ``docker run`` without --init): the workers' server, the process
-they are forked from (``backends/worker_start.py``), is their child subreaper and reaps every
-orphan they leave, so none goes to the container's pid 1 as a zombie."""
+"""What a worker or the pool's Manager leaves when it does not reap it itself, under a pid 1
+that reaps nothing (a container's ``sh`` as init, ``docker run`` without --init): the workers'
+server, the process they are forked from (``backends/worker_start.py``), is their child
+subreaper and reaps every orphan they leave; the process that starts the Manager is its child
+subreaper while it lives, and reaps the sandboxes a Manager killed by SIGKILL left
+(``pool/providers/orphans.py``). None goes to the container's pid 1 as a zombie."""
 
 from __future__ import annotations
 
@@ -26,3 +28,36 @@ def test_a_command_agent_that_ended_on_its_own_leaves_no_zombie(tmp_path):
         "--agent", "command", "--agent-cmd", f"{sys.executable} {tmp_path / 'agent.py'}")
     assert said["zombies"] == 0, said
 
+
+#: an agent that SIGKILLs the pool's Manager at its first act, as the OOM killer or an operator
+#: would: the Manager is the runner's spawned child (the runner is its worker's grandparent)
+KILLS_THE_MANAGER = r'''
+import os, signal
+import psutil
+from parallel_rollout.agents.base import Agent
+
+
+class KillsTheManager(Agent):
+    def reset(self, task):
+        pass
+
+    def act(self, observation):
+        runner = psutil.Process(os.getppid()).parent()
+        for child in runner.children():
+            if "spawn_main" in " ".join(child.cmdline()):
+                open(os.path.join(os.path.dirname(__file__), "killed"), "w").close()
+                child.kill()
+        return "DONE"
+'''
+
+
+def test_a_pools_manager_killed_leaves_no_zombie_of_its_sandboxes(tmp_path):
+    """The Manager, which starts every sandbox, dies by SIGKILL: each sandbox dies with it
+    (bwrap's parent-death signal), and each left two zombies to pid 1, bwrap and its init."""
+    (tmp_path / "kills_the_manager.py").write_text(KILLS_THE_MANAGER)
+    said = run_under_a_pid_1_that_reaps_nothing(
+        tmp_path, [shell_task(f"t{i}") for i in range(4)], "--provider", "process", "--use-vm-pool",
+        "--num-vms", "2", "--num-rollouts", "1", "--agent", "kills_the_manager:KillsTheManager",
+        env={"PYTHONPATH": str(tmp_path)})
+    assert (tmp_path / "killed").exists(), "the Manager was not killed"
+    assert said["zombies"] == 0, said

@@ -166,7 +166,7 @@ class LocalBackend(WorkerTable):
             try:
                 self._manager, self.pool = start_pool(
                     self._ctx, cfg.provider_name, spec.run_id, cfg.pool_size, log_to=pool_logs,
-                    options=spec.provider_options,
+                    options=spec.provider_options, adopt_orphans=True,
                     events_path=str(spec.run_dir / "events.jsonl"),
                     replacement_budget=cfg.replacement_budget,
                     per_worker=not cfg.use_vm_pool,
@@ -491,6 +491,7 @@ class LocalBackend(WorkerTable):
             # boot cut short by the shutdown made; and a stop that raced a boot (a standby
             # booting while its VM died) may have missed one. Its folders are orphans now.
             provider_cls.sweep(self.spec.run_id, orphans_only=True)
+            self._manager.swept()  # what the Manager left is reaped: no more to adopt
         if self._logs is not None:
             self._logs.close()  # every child is gone: their last records are in the pipes
             self._logs = None

@@ -18,6 +18,7 @@ from typing import Any
 from ..errors import follow_the_runner_on_sigterm
 from ..logs import ChildLogging
 from .manager import VMPoolManager
+from .providers import get_provider, orphans
 from .providers.sandbox_processes import kill_all
 
 _POOL_METHODS = ("lease", "release", "mark_dead", "death_cause", "reclaim", "stats", "shutdown",
@@ -33,6 +34,16 @@ def _make_pool(*args: Any, **kwargs: Any) -> VMPoolManager:
 
 class PoolServer(BaseManager):
     """The Manager whose server process owns the pool (and so every VM process)."""
+
+    #: this process is a child subreaper while the Manager lives (``start_pool``)
+    adopting = False
+
+    def swept(self) -> None:
+        """The Manager's VMs are swept after its end, the processes it left reaped: this
+        process adopts no more (``orphans.release``)."""
+        if self.adopting:
+            self.adopting = False
+            orphans.release()
 
 
 PoolServer.register("VMPoolManager", _make_pool, exposed=_POOL_METHODS)
@@ -64,14 +75,26 @@ def _serve_init(parent_pid: int, log_to: ChildLogging | None) -> None:
     threading.Thread(target=follow_parent, name="follow-runner", daemon=True).start()
 
 
-def start_pool(ctx, *args: Any, log_to: ChildLogging | None = None, **kwargs: Any) -> tuple[PoolServer, Any]:
+def start_pool(ctx, provider_name: str, *args: Any, log_to: ChildLogging | None = None,
+               adopt_orphans: bool = False, **kwargs: Any) -> tuple[PoolServer, Any]:
     """Start the Manager process and the pool inside it; return (manager, pool proxy).
-    ``log_to``: where the Manager forwards its log records (``logs``)."""
+    ``log_to``: where the Manager forwards its log records (``logs``). ``adopt_orphans``: the
+    caller sweeps the Manager's VMs after its end, then calls its ``swept``; until then, where
+    the provider's sandboxes outlive a SIGKILLed Manager as zombies, this process is their
+    child subreaper (``orphans``: the sweep reaps them)."""
     server = PoolServer(ctx=ctx)
-    server.start(initializer=_serve_init, initargs=(os.getpid(), log_to))
+    if adopt_orphans and get_provider(provider_name).adopted_by_runner:
+        server.adopting = True
+        orphans.hold()
     try:
-        pool = server.VMPoolManager(*args, **kwargs)
+        server.start(initializer=_serve_init, initargs=(os.getpid(), log_to))
+    except BaseException:
+        server.swept()  # no Manager: nothing of it to adopt
+        raise
+    try:
+        pool = server.VMPoolManager(provider_name, *args, **kwargs)
     except BaseException:
         server.shutdown()
+        server.swept()
         raise
     return server, pool

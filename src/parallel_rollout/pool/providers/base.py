@@ -124,6 +124,10 @@ class Provider(abc.ABC):
     #: whether its VMs may open a window on this host, which --headless keeps shut (a
     #: hypervisor's GUI; a plugin's, which reads options.headless); False where none does
     opens_windows: ClassVar[bool] = True
+    #: whether its VMs' processes are the pool's process's children (a sandbox's bwrap and
+    #: init) and outlive its death by SIGKILL as zombies: the process that starts the pool is
+    #: their child subreaper while the pool lives and reaps them as it sweeps (``orphans``)
+    adopted_by_runner: ClassVar[bool] = False
     #: whether ``reset`` brings a VM back to its snapshot; False where it only waits for the
     #: VM (the remote provider with --reset-command none): the pool counts a release then,
     #: not a reset

@@ -201,6 +201,13 @@ def same_process(pid, created) -> bool:
     return found is not None and found[0] not in ("Z", "X") and _same_start(found[1] - created)
 
 
+def started_at(pid, created) -> bool:
+    """Whether ``pid``, running or exited and unreaped (a zombie), is the process that
+    started at ``created``."""
+    found = _stat(pid) if pid and created is not None else None
+    return found is not None and _same_start(found[1] - created)
+
+
 def _same_start(off: float) -> bool:
     """Whether two readings of a start time ``off`` seconds apart are one start. A start time
     is /proc/stat's ``btime`` (whole seconds) plus ticks since boot, and ``btime`` moves by a

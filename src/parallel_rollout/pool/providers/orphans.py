@@ -26,11 +26,18 @@ started a sandbox kept those as zombies it never reaped, alive to a check by pid
 The holds are counted across threads: the flag is cleared when the last one ends, unless the
 process was a subreaper before (the guest agent makes itself one).
 
+An owner killed by SIGKILL reaps nothing: its bwraps die with it (their parent-death signal),
+then their inits, and each pair goes to the nearest subreaper above it. So the process that
+starts the pool's Manager holds the flag while the Manager lives (``LocalBackend``) and, as
+it sweeps the dead Manager's VMs, reaps each bwrap by the pid and start time its meta.json
+records, and its init (``sandbox_processes.kill_recorded``); the workers' server holds it for
+good and reaps whatever its workers leave (``backends/worker_start.py``).
+
 Never ``waitpid(-1)``: that would take exit statuses that ``subprocess.Popen`` objects of
 this process wait for. A pid is reaped only while it is a child of this process that is the
-init of a pid namespace below ours (its last ``NSpid`` is 1): no process this one forked
-itself is one, and the pid of a child, running or a zombie, is not reused before its parent
-(us) reaps it.
+init of a pid namespace below ours (its last ``NSpid`` is 1), or the bwrap a dead owner
+recorded (its pid and start time): no process this one forked itself is either, and the pid
+of a child, running or a zombie, is not reused before its parent (us) reaps it.
 """
 
 from __future__ import annotations
@@ -125,10 +132,12 @@ def _own_depth() -> int:
         return 1
 
 
-def reap(pid, wait_s: float = 0.0) -> bool:
+def reap(pid, wait_s: float = 0.0, recorded: bool = False) -> bool:
     """Reap ``pid`` if it is a child of this process that is the init of a pid namespace
-    below ours (see the module doc) and has exited, or exits within ``wait_s`` seconds;
-    whether it did. Never raises."""
+    below ours (see the module doc), or one the caller knows by the pid and start time a
+    dead owner recorded (``recorded``: a sandbox's bwrap, adopted as the pool's Manager that
+    forked it died), and has exited, or exits within ``wait_s`` seconds; whether it did.
+    Never raises."""
     if not pid:
         return False
     try:
@@ -137,7 +146,9 @@ def reap(pid, wait_s: float = 0.0) -> bool:
     except (OSError, ValueError):
         return False
     nspids = fields.get("NSpid", "").split()
-    if fields.get("PPid", "").strip() != str(os.getpid()) or len(nspids) <= _own_depth() or nspids[-1] != "1":
+    if fields.get("PPid", "").strip() != str(os.getpid()):
+        return False
+    if not recorded and (len(nspids) <= _own_depth() or nspids[-1] != "1"):
         return False
     if wait_s > 0:
         with contextlib.suppress(OSError, AttributeError):  # no pidfds: what has exited by now

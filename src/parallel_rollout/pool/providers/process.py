@@ -137,6 +137,7 @@ class ProcessProvider(Provider):
     name = "process"
     vms_in_runner_cgroup = True  # its cgroups are children of the runner's (cgroups.py)
     opens_windows = False
+    adopted_by_runner = True  # a dead Manager's bwraps and inits (orphans.py)
 
     def __init__(self, run_id: str, options: ProviderOptions | None = None,
                  base_dir: str | os.PathLike | None = None) -> None:

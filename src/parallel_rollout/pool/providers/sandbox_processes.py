@@ -58,7 +58,7 @@ from pathlib import Path
 from ...errors import VMError
 from ...guest.agent_output import pidfd_exited, readable_within, wait_exit
 from . import cgroups, orphans
-from .common import create_time, exit_status, runs_vm, same_process, signal_name
+from .common import create_time, exit_status, runs_vm, same_process, signal_name, started_at
 from .halted import halted_tree
 
 log = logging.getLogger(__name__)
@@ -391,6 +391,10 @@ def kill_recorded(meta: dict, vm_dir: Path) -> None:
         kill_sandbox(private)
     except VMError:
         pass  # sweep is best effort; the folder goes regardless
+    if started_at(meta.get("pid"), meta.get("create_time")):
+        # an owner killed by SIGKILL left its bwrap to this process, which started it and
+        # adopts while it lives (orphans.py): gone now, ours to reap
+        orphans.reap(meta.get("pid"), recorded=True)
 
 
 def read_until(fd: int, terminator: bytes, deadline: float, budget_s: float) -> bytes:
