@@ -1,10 +1,12 @@
 """A getter's key given a value of a kind the getter cannot use (envs/osworld/getter_keys.py's
 :data:`KINDS` and :func:`files_problem`): a ``vm_file``'s ``path`` as a list without
 ``"multi": true``, a ``cloud_file``'s ``dest`` as a number, a ``vm_command_line``'s command
-as a number or an empty string, a ``vlc_config``'s ``dest`` as a list … raised as grading
-fetched the state, the metric scoring 0 whatever the agent did. The folder is refused as it
-loads (the dry run, exit 2), naming the file, the getter, its metric, the key, its value and
-what to give."""
+as a number or an empty string, a ``vlc_config``'s ``dest`` as a list, a
+``googledrive_file``'s ``path`` as a string (a folder a letter) or its ``dest`` one short of
+its ``path_list`` … raised as grading fetched the state, or fetched what the task did not
+mean, the metric scoring 0 whatever the agent did. The folder is refused as it loads (the
+dry run, exit 2), naming the file, the getter, its metric, the key, its value and what to
+give."""
 
 from __future__ import annotations
 
@@ -18,6 +20,10 @@ from parallel_rollout.envs.osworld import getter_keys
 
 #: check_qt_bgcone of a vlc_config, "dest": "vlcrc"
 VLC = "vlc/215dfd39-f493-4bc3-a027-8a97d72c61bf.json"
+#: compare_pdfs of a googledrive_file by its path, one dest
+DRIVE_PATH = "multi_apps/22a4636f-8179-4357-8e87-d1743ece1f81.json"
+#: check_thunderbird_folder of a googledrive_file's path_list of 2, dest a list of 2
+DRIVE_LIST = "multi_apps/a0b9dc9c-fc07-4a88-8c5d-5e3ecad91bcb.json"
 
 _ONE = "(without 'multi': true the getter fetches one file)"
 _COMMAND = "give a command: a string, or a list of strings (the program and its arguments)"
@@ -51,6 +57,19 @@ MISTAKES = {
     "vlc-config-dest-list": (VLC, _in("result", dest=["vlcrc"]),
                              "evaluator result getter 'vlc_config' of metric 'check_qt_bgcone' has 'dest' ['vlcrc'], a "
                              "list: give a string"),
+    "drive-path-string": (DRIVE_PATH, _in("result", path="meetings/Meeting-Agenda.pdf"),
+                          "evaluator result getter 'googledrive_file' of metric 'compare_pdfs' has 'path' "
+                          "'meetings/Meeting-Agenda.pdf', a string: give a list of strings"),
+    "drive-dest-list": (DRIVE_PATH, _in("result", dest=["Meeting-Agenda.pdf"]),
+                        "evaluator result getter 'googledrive_file' of metric 'compare_pdfs' has 'dest' "
+                        "['Meeting-Agenda.pdf'], a list: give a string (the one file's name)"),
+    "drive-dest-one-short": (DRIVE_LIST, lambda evaluator: evaluator["result"]["dest"].pop(),
+                             "evaluator result getter 'googledrive_file' of metric 'check_thunderbird_folder' has "
+                             "'dest' ['pred1.eml'], and it must be a list of 2 names, one per file of its list"),
+    "drive-path-list-flat": (DRIVE_LIST, _in("result", path_list=["emails", "receipt.eml"]),
+                             "evaluator result getter 'googledrive_file' of metric 'check_thunderbird_folder' has "
+                             "'path_list' ['emails', 'receipt.eml'], a list: give a list of lists of strings, one per "
+                             "file"),
 }
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from .rule_keys import unread_hint
-from .step_values import COMMAND, FLAG, TEXT, Kind
+from .step_values import COMMAND, FLAG, TEXT, TEXTS, Kind
 
 __all__ = ["FIELDS", "FLAGS", "KINDS", "OPTIONAL", "VALUES", "files_problem", "key_problem", "reads"]
 
@@ -79,6 +79,8 @@ FLAGS: dict[str, tuple[str, ...]] = {
 
 _NAMED = ("cookie_data", "history", "vlc_config", "vlc_playing_info", "vm_wallpaper", "gimp_config_file",
           "vscode_config", "pdf_from_url", "audio_in_slide", "background_image_in_slide")
+_PER_FILE = Kind(lambda value: isinstance(value, list) and all(map(TEXTS.test, value)),
+                 "a list of lists of strings, one per file")
 #: (getter type, key) -> the kind of value the getter reads there (:mod:`.step_values`): a
 #: file's name in the attempt's cache folder (``dest``), a path on the guest, a URL, a
 #: command; another raised as grading fetched the state, and the metric scored 0 whatever
@@ -90,7 +92,11 @@ KINDS: dict[tuple[str, str], Kind] = {
     **{(kind, "path"): TEXT for kind in ("cache_file", "list_directory", "pdf_from_url", "vscode_config",
                                          "content_from_vm_file")},
     ("page_info", "url"): TEXT, ("info_from_website", "url"): TEXT, ("gimp_config_file", "file_name"): TEXT,
-    ("vm_window_size", "app_class_name"): TEXT}
+    ("vm_window_size", "app_class_name"): TEXT,
+    # a Drive file's folders and name, or a query per level: a string was read a letter a level
+    **{("googledrive_file", key): TEXTS for key in ("path", "query")},
+    **dict.fromkeys((("googledrive_file", "path_list"), ("googledrive_file", "query_list")), _PER_FILE),
+    ("googledrive_file", "settings_file"): TEXT}
 
 
 def reads(kind: str) -> tuple[str, ...]:
@@ -125,6 +131,8 @@ def files_problem(getter: dict) -> str | None:
     cannot fetch: with ``multi``, ``path`` and ``dest`` are lists of one length and ``gives``
     picks indexes of them; without it one file is fetched, a ``gives`` picking past it handed
     the metric an empty list (a 0), and a ``time_suffix`` raised at grading."""
+    if getter["type"] == "googledrive_file":
+        return _drive_dest_problem(getter)
     if getter["type"] not in ("vm_file", "cloud_file"):
         return None
     if not getter.get("multi"):
@@ -148,4 +156,18 @@ def files_problem(getter: dict) -> str | None:
     if not isinstance(gives, list) or not all(
             isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(paths) for i in gives):
         return f"has 'gives' {gives!r}, and it must list indexes of its {len(paths)} files (0 to {len(paths) - 1})"
+    return None
+
+
+def _drive_dest_problem(getter: dict) -> str | None:
+    """A googledrive_file's ``dest`` against what it fetches: one file (``path`` or ``query``)
+    saved as a string, a file per entry of ``path_list`` or ``query_list`` each saved as its
+    entry of a list as long (zipped: one short left a file out, a string named each a letter)."""
+    dest = getter.get("dest")
+    if "path" in getter or "query" in getter:
+        problem = TEXT.problem(dest)
+        return f"has 'dest' {problem.removeprefix('is ')} (the one file's name)" if problem else None
+    files = getter.get("query_list") or getter.get("path_list")
+    if isinstance(files, list) and not (TEXTS.test(dest) and len(dest) == len(files)):
+        return f"has 'dest' {dest!r}, and it must be a list of {len(files)} names, one per file of its list"
     return None
