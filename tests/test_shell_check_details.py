@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from conftest import assert_exactly_once, write_tasks
 from parallel_rollout.cli import main
+from parallel_rollout.trajectories import read_turns
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 
@@ -107,3 +108,19 @@ def test_a_failed_setup_is_never_graded_and_the_run_exits_1(tmp_path):
     assert again.exit_code == 1, (again.output[-3000:], again.exception)
     attempts = [json.loads(line) for line in (out / "setup" / "results.jsonl").read_text().splitlines()]
     assert [r["attempt"] for r in attempts if r["key"] == "fails#0"] == [0, 1, 2], attempts
+
+
+def test_an_attempt_that_ended_before_its_first_turn_has_the_file_its_record_names(tmp_path):
+    """Each record's ``trajectory`` is its attempt's file, read from the run folder: one that
+    ended before the agent acted (a failed setup; a setup its worker was killed in, past
+    --task-timeout) has it too, with no turn in it, rather than a path to nothing."""
+    run_dir, finals = _run(tmp_path, [
+        {"id": "fails", "mode": "shell", "instruction": "x", "setup": ["exit 3"], "check": "true",
+         "reference": []},
+        {"id": "hangs", "mode": "shell", "instruction": "x", "setup": ["sleep 60"], "timeout": 120,
+         "check": "true", "reference": []}], "--max-retries", "0", "--task-timeout", "3")
+    assert finals["fails#0"]["status"] == "setup_failed", finals["fails#0"]
+    assert finals["hangs#0"]["status"] == "task_timeout", finals["hangs#0"]
+    for record in finals.values():
+        assert record["turns"] == 0, record
+        assert read_turns(run_dir / record["trajectory"]) == [], record

@@ -89,11 +89,20 @@ class TrajectoryFile:
         from any folder, not only the one the run was started in."""
         return Path(os.path.abspath(self._path.removesuffix(".jsonl")))
 
+    def begin(self) -> None:
+        """Create the file (empty) as the attempt starts: its record names it from then on,
+        and one that ends before its first turn (a failed setup, a worker killed in it) has
+        it all the same, with no turn. StorageError when the output folder cannot take it."""
+        if self._fh is None:
+            try:
+                self._fh = self._open()
+            except OSError as exc:
+                raise self._storage_error(exc) from exc
+
     def write(self, entry: dict[str, Any]) -> None:
         """Append one turn; StorageError when the output folder cannot take it."""
+        self.begin()
         try:
-            if self._fh is None:
-                self._fh = self._open()
             entry = dict(entry)
             for name in _CALL_LISTS:  # before the turn's own: it moves the base
                 if isinstance(entry.get(name), list):
@@ -101,10 +110,13 @@ class TrajectoryFile:
                                    for call in entry[name]]
             _write_all(self._fh, self._line(self._compact(entry, move=True)))
         except OSError as exc:
-            # A full disk is not the sample's outcome: the engine stops and a
-            # resume runs the attempt again.
-            raise StorageError(f"cannot write {self._path}: {exc.strerror or exc}; free space "
-                               "(or fix the folder) and rerun with --resume") from exc
+            raise self._storage_error(exc) from exc
+
+    def _storage_error(self, exc: OSError) -> StorageError:
+        # A full disk is not the sample's outcome: the engine stops and a
+        # resume runs the attempt again.
+        return StorageError(f"cannot write {self._path}: {exc.strerror or exc}; free space "
+                            "(or fix the folder) and rerun with --resume")
 
     def _line(self, entry: dict[str, Any]) -> bytes:
         """The turn as one line of strict JSON (see the module doc); the first replacement a

@@ -179,6 +179,7 @@ class RolloutWorker:
         record["trajectory"] = trajectory.relpath
         agent = None
         try:
+            trajectory.begin()
             self._check_cancelled(item)
             env, agent = parts.env(task.mode), parts.agent()
             agent.begin_attempt(AttemptInfo(
