@@ -88,3 +88,17 @@ def test_a_python_runs_run_log_has_no_warning_of_a_cli_command_before_it(tmp_pat
     outcome = run(mode="shell", data=str(data), output_dir=str(tmp_path / "out"), run_id="after", progress=False)
     run_log = (outcome.run_dir / "run.log").read_text()
     assert "1 samples, 0 already final" in run_log and warned.split(":")[0] not in run_log, run_log
+
+
+def test_a_python_runs_warnings_before_its_folder_opens_are_in_its_run_log(tmp_path):
+    """run() logs what its sizing cut as the CLI does (README, "From Python": `num_vms=6: at
+    most …`, in run.log and to the script's handlers): the script's handlers had it, its
+    run.log, which only a CLI command began with the warnings said before it, did not."""
+    from parallel_rollout.api import run
+
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("t0")])
+    outcome = run(mode="shell", data=str(data), output_dir=str(tmp_path / "out"), run_id="sized", progress=False,
+                  num_vms=6, use_vm_pool=True)
+    run_log = (outcome.run_dir / "run.log").read_text()
+    said = "WARNING MainProcess parallel_rollout: num_vms=6 in run(): at most 1 rollouts run at once"
+    assert run_log.count(said) == 1 and run_log.index(said) < run_log.index("1 samples, 0 already final"), run_log

@@ -39,6 +39,7 @@ from .preflight import Preflight
 from .preflight import preflight as check_run
 from .report.run_data import NotARunFolder, RunData
 from .run_end import PYTHON_PROGRAM
+from .run_log import forget_the_kept, keep_until_the_run_log
 from .runner import RunOutcome, Runner
 
 __all__ = ["ConfigError", "InterruptedBeforeStart", "NotARunFolder", "Preflight", "ProviderUnavailable", "RunData",
@@ -50,6 +51,7 @@ def run(config_file: str | Path | None = None, **run_settings: Any) -> RunOutcom
     the outcome (see the module's doc for the settings and the errors)."""
     check_guarded("run()")
     flags: dict[str, Any] = {}
+    keep_until_the_run_log()  # what it warns of before its folder opens (a cut pool) begins its run.log
     try:
         flags = settings(run_settings, "run()")
         with reworded(lambda text: as_called(text, flags)):  # its warnings, as its errors
@@ -61,6 +63,8 @@ def run(config_file: str | Path | None = None, **run_settings: Any) -> RunOutcom
         # the core says its settings as the CLI's flags: said again as this call spells them
         exc.args = (as_called(str(exc), flags), *exc.args[1:])
         raise
+    finally:
+        forget_the_kept()
     # why it aborted, which gate failed: free text of tasks and servers too, whose flags are no
     # settings of this call (strict: only a flag with the run's own value is said as a keyword)
     settings_of_run = {name: getattr(runner.config, name) for name in SETTING_TYPES}
