@@ -158,3 +158,24 @@ class LakeNumberAgent(ActionIdAgent):
 
     def act(self, observation):
         return 7
+
+
+class ObservationKeysAgent(Agent):
+    """Writes the keys of each observation it is handed, one JSON list a line, to the file
+    ``$OBSERVED_KEYS`` names; acts ``ACTIONS[mode][turn]``, then each mode's way to stop."""
+
+    options = frozenset()
+    ACTIONS = {"shell": [{"command": "echo hi"}, "DONE"], "rag": [{"search": "dog", "k": 2}, {"answer": "dog"}]}
+
+    def reset(self, task) -> None:
+        self.mode, self.turn = task.mode, 0
+
+    def act(self, observation):
+        import json
+        import os
+
+        with open(os.environ["OBSERVED_KEYS"], "a", encoding="utf-8") as keys:
+            keys.write(json.dumps(sorted(observation)) + "\n")
+        actions = self.ACTIONS.get(self.mode, ["DONE"])
+        self.turn += 1
+        return actions[min(self.turn, len(actions)) - 1]

@@ -83,7 +83,8 @@ class ShellEnv(Env):
                     f"{result['returncode']}: {command!r}: "
                     f"{result['timeout'] or result['error'][-500:] or result['output'][-500:] or '(it wrote nothing)'}"
                 )
-        return {"instruction": task.get("instruction"), "output": "", "returncode": None}
+        # the keys of every later observation, an agent reading any of them before its first command
+        return {"instruction": task.get("instruction"), "output": "", "error": "", "returncode": None}
 
     def step(self, action: Any) -> StepResult:
         """Run one command; ``done`` ends the episode."""
