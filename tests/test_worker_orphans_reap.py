@@ -1,17 +1,19 @@
 """What a worker or the pool's Manager leaves when it does not reap it itself, under a pid 1
 that reaps nothing (a container's ``sh`` as init, ``docker run`` without --init): the workers'
 server, the process they are forked from (``backends/worker_start.py``), is their child
-subreaper and reaps every orphan they leave; the process that starts the Manager is its child
-subreaper while it lives, and reaps the sandboxes a Manager killed by SIGKILL left
-(``pool/providers/orphans.py``). None goes to the container's pid 1 as a zombie."""
+subreaper and reaps every orphan they leave; the command's process, which starts the Manager, is
+its child subreaper while it lives, and reaps the sandboxes a Manager killed by SIGKILL left
+(``pool/providers/orphans.py``). None goes to the container's pid 1 as a zombie. A script's
+process (``run()``, a trainer's scheduler) adopts nothing: its own programs' orphans would stay."""
 
 from __future__ import annotations
 
 import sys
+import threading
 
 from test_cli_exit_reap import run_under_a_pid_1_that_reaps_nothing
 
-from conftest import shell_task
+from conftest import shell_task, write_tasks
 
 #: a command agent that answers once and ends on its own: the episode is over before its
 #: worker stops it
@@ -61,3 +63,31 @@ def test_a_pools_manager_killed_leaves_no_zombie_of_its_sandboxes(tmp_path):
         env={"PYTHONPATH": str(tmp_path)})
     assert (tmp_path / "killed").exists(), "the Manager was not killed"
     assert said["zombies"] == 0, said
+
+
+def test_a_scripts_process_is_no_subreaper_while_its_runs_pool_lives(tmp_path):
+    """run() from Python, as a trainer's scheduler: the process is the script's, whose own
+    programs' orphans would stay its zombies (alive to a check by pid) were it a subreaper;
+    only the command's process adopts what a SIGKILLed Manager leaves."""
+    from parallel_rollout.api import run
+    from parallel_rollout.pool.providers import orphans
+
+    seen: list[bool] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.005):
+            seen.append(orphans.is_subreaper())
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("t0"), shell_task("t1")])
+        outcome = run(mode="shell", data=str(data), output_dir=str(tmp_path / "out"), provider_name="process",
+                      use_vm_pool=True, num_vms=1, num_rollouts=1, progress=False)
+    finally:
+        stop.set()
+        watcher.join()
+    assert outcome.exit_code == 0 and len(seen) > 10, (outcome.exit_code, len(seen))
+    # the provider's probe of bubblewrap, as the run starts, adopts its init for its end only
+    assert sum(seen) < len(seen) / 10, f"a subreaper in {sum(seen)} of {len(seen)} samples"

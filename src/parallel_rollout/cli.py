@@ -380,9 +380,12 @@ def _run(ctx: click.Context, config_file: str | None, dry_run: bool, print_confi
                 say(found.problem_report(), err=True)
                 sys.exit(EXIT_USAGE)
             return
+        from .pool.providers import orphans
+
         runner = Runner(config)
         runner.program = invoked_as()
-        outcome = runner.run()
+        with orphans.the_commands_process():  # it adopts what a SIGKILLed Manager leaves (start_pool)
+            outcome = runner.run()
     except ProviderUnavailable as exc:
         # a missing bwrap, daemon or image found before the run folder opened: nothing ran,
         # as a --dry-run would have said (2); later, a run left to --resume (1)

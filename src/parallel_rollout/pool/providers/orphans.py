@@ -31,7 +31,9 @@ then their inits, and each pair goes to the nearest subreaper above it. So the p
 starts the pool's Manager holds the flag while the Manager lives (``LocalBackend``) and, as
 it sweeps the dead Manager's VMs, reaps each bwrap by the pid and start time its meta.json
 records, and its init (``sandbox_processes.kill_recorded``); the workers' server holds it for
-good and reaps whatever its workers leave (``backends/worker_start.py``).
+good and reaps whatever its workers leave (``backends/worker_start.py``). Only the command's
+own process does so (``the_commands_process``): a trainer's or a script's, which calling
+``run()`` or a scheduler starts children of its own, would keep their orphans as zombies.
 
 Never ``waitpid(-1)``: that would take exit statuses that ``subprocess.Popen`` objects of
 this process wait for. A pid is reaped only while it is a child of this process that is the
@@ -110,6 +112,30 @@ def release() -> None:
         _holds.count -= 1
         if _holds.count == 0 and not _holds.was:
             _prctl(PR_SET_CHILD_SUBREAPER, 0)
+
+
+#: whether this process is the command's own (``parallel-rollout run``), whose children are all
+#: the run's: the one that adopts what a SIGKILLed Manager leaves (``pool.server.start_pool``)
+_commands_process = False
+
+
+@contextlib.contextmanager
+def the_commands_process() -> Iterator[None]:
+    """This process is the command's own for the block (the CLI's run): a CLI command run
+    in a script's process (click's CliRunner) leaves its later ``run()`` as it was."""
+    global _commands_process
+    _commands_process = True
+    try:
+        yield
+    finally:
+        _commands_process = False
+
+
+def adopts_for_the_pool() -> bool:
+    """Whether this process may be a child subreaper while its pool's Manager lives: the
+    command's, not a trainer's or a script's (their own programs' orphans would stay its
+    zombies, alive to a check by pid)."""
+    return _commands_process
 
 
 @contextlib.contextmanager
