@@ -153,3 +153,22 @@ def test_the_dry_run_names_a_server_that_lists_the_model_but_has_no_chat_route(t
     assert served.returncode == 0, served.stderr
     assert f"{server.url}/chat/completions answers (HTTP 400)" in " ".join(served.stderr.split()), served.stderr
     assert server.bodiless == 1 and server.requests == []  # the one route POST, refused unsampled
+
+
+def test_a_refused_key_is_a_python_runs_outcome_with_the_clis_exit_code(tmp_path, llm_server, monkeypatch):
+    """run() raises where the CLI exits 2 before anything ran; a run the endpoint refused had
+    started: it returns its RunOutcome, exit_code 2 as the CLI's, whose message ends with the
+    call that resumes it (README, "From Python"). A guard: this held already."""
+    pytest.importorskip("math_verify")
+    from parallel_rollout.api import run
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    tasks = tmp_path / "math.jsonl"
+    tasks.write_text(MATH_TASKS.read_text().splitlines()[0] + "\n")
+    server = llm_server(policy=lambda body: {"status": 401, "message": "Incorrect API key provided"})
+    outcome = run(mode="math", data=tasks, agent="openai", base_url=server.url, model="X",
+                  output_dir=tmp_path / "out", run_id="refused", progress=False)
+    assert outcome.exit_code == EXIT_USAGE == 2, outcome
+    assert "refuses the API key" in outcome.message, outcome.message
+    assert outcome.message.endswith(f"run(output_dir={str(tmp_path / 'out')!r}, run_id='refused', resume=True)"), \
+        outcome.message
