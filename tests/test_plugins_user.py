@@ -94,6 +94,20 @@ def test_an_abstract_mode_or_agent_is_refused_naming_what_it_lacks(tmp_path):
     assert dry.exit_code == 2 and "does not define act" in dry.output, dry.output
 
 
+def test_a_class_name_the_module_lacks_is_refused_naming_the_classes_it_has(tmp_path):
+    """A misspelt class (`myagent:MyAgnet`) said only "module myagent has no 'MyAgnet'": not
+    which file was imported (another module of that name, installed, shadows the folder's)
+    nor what it does define."""
+    data = double_tasks(tmp_path)
+    said = " ".join(invoke(tmp_path, "--mode", DOUBLE, "--agent", "user_plugins:ObservationKeyAgent",
+                           "--data", str(data)).output.split())
+    assert ("agent 'user_plugins:ObservationKeyAgent' (--agent): module user_plugins has no 'ObservationKeyAgent' "
+            "(did you mean 'ObservationKeysAgent'?); the Agent classes it defines: ") in said, said
+    assert "NoReturnAgent" in said and "DoubleEnv" not in said and str(ROOT / "tests" / "user_plugins.py") in said
+    said = " ".join(invoke(tmp_path, "--mode", "test_plugins_user:Double", "--data", str(data)).output.split())
+    assert f"module test_plugins_user has no 'Double'; it defines no Env class ({ROOT / 'tests'}" in said, said
+
+
 def test_a_class_the_run_cannot_make_with_its_config_is_refused_before_it_starts(tmp_path):
     """An agent's ``__init__(self, config, tokenizer)`` (a mode's ``__init__(self)``) loaded,
     passed --dry-run and made every attempt the agent's ``error``: 'missing 1 required

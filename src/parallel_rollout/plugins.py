@@ -133,7 +133,7 @@ class Registry(Generic[T]):
         for part in class_name.split("."):  # entry points may name a nested attribute
             cls = getattr(cls, part, None)
         if cls is None:
-            raise ConfigError(f"{it}: module {module_name} has no {class_name!r}")
+            raise self._missing(it, module, class_name)
         if not (isinstance(cls, type) and issubclass(cls, self.base)):
             article = "an" if self.base.__name__[:1] in "AEIOU" else "a"
             raise ConfigError(
@@ -165,6 +165,20 @@ class Registry(Generic[T]):
             raise ConfigError(f"{it}: {class_name} in {module_name} cannot be made: the run "
                               f"makes it as {made}, but its __init__ takes {signature}: {exc} (give its other "
                               "arguments defaults)") from None
+
+    def _missing(self, it: str, module: Any, class_name: str) -> ConfigError:
+        """The error for a class the module lacks (a typo): the close name, the classes of
+        the kind it defines and its file (a module of that name installed shadows the folder's)."""
+        defined = sorted(name for name, value in vars(module).items()
+                         if isinstance(value, type) and issubclass(value, self.base)
+                         and value.__module__ == module.__name__)
+        close = difflib.get_close_matches(class_name, defined or [n for n in vars(module) if not n.startswith("_")],
+                                          n=1, cutoff=0.6)
+        which = (f"the {self.base.__name__} classes it defines: {', '.join(defined)}" if defined
+                 else f"it defines no {self.base.__name__} class")
+        return ConfigError(f"{it}: module {module.__name__} has no {class_name!r}"
+                           + (f" (did you mean {close[0]!r}?)" if close else "")
+                           + f"; {which} ({getattr(module, '__file__', None) or 'no file'})")
 
     def _failed(self, it: str, module_name: str, exc: BaseException) -> ConfigError:
         """The error for a module that raised at import: the plugin (``it``), its file, the
