@@ -159,8 +159,6 @@ class GymEnv(Env):
     @staticmethod
     def validate_task(payload: Mapping[str, Any]) -> None:
         """The game, the map fields and the rules."""
-        if importlib.util.find_spec("gymnasium") is None:
-            raise ValueError("the gym mode needs gymnasium: pip install 'parallel-rollout[rl]'")
         game = payload.get("game", "FrozenLake")
         if game not in _GAMES:
             raise ValueError(f"field 'game' must be one of {', '.join(_GAMES)}, got {game!r}")
@@ -187,6 +185,15 @@ class GymEnv(Env):
             raise ValueError(f"field 'p' must be in (0, 1], got {payload['p']}")
         if "max_steps" in payload and payload["max_steps"] < 1:
             raise ValueError("field 'max_steps' must be at least 1")
+
+    @classmethod
+    def prepare_run(cls, tasks) -> None:
+        """Refuse the run at once when gymnasium (the ``[rl]`` extra) is missing: the
+        install's fault, said once, not each task's."""
+        from ..errors import ConfigError
+
+        if importlib.util.find_spec("gymnasium") is None:
+            raise ConfigError("the gym mode needs gymnasium: pip install 'parallel-rollout[rl]'")
 
     @staticmethod
     def reference_actions(task) -> list[Any]:
