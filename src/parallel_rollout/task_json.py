@@ -111,3 +111,9 @@ def _offset_of(text: str, token: str) -> int:
 
 #: a JSON string, or a non-JSON constant (group 1) outside any string
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|(-?Infinity|NaN)')
+
+
+def as_written(value: Any) -> str:
+    """A field's value in an error, as the task file wrote it (JSON: ``"7"``, ``true``), cut
+    at 80 characters."""
+    return json.dumps(value, ensure_ascii=False, default=str)[:80]

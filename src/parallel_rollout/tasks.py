@@ -33,7 +33,7 @@ from typing import Any, Callable, Container, Iterable, Mapping
 
 from .config import NAMED_DATASETS
 from .errors import ModeConflict, TaskFileError
-from .task_json import parse_json
+from .task_json import as_written, parse_json
 from .tasks_osworld import DEFAULT_INDEX, file_hint, folder_records, is_osworld_folder
 from .tasks_parquet import parquet_mode, parquet_records
 
@@ -464,10 +464,10 @@ def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Vali
         raise ModeConflict(f"{where}: task {task_id!r} has mode {mode!r} but the run is {run_mode}")
     seed = raw.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise TaskFileError(f"{where}: field 'seed' must be an integer")
+        raise TaskFileError(f"{where}: task {task_id!r}: field 'seed' must be an integer, got {as_written(seed)}")
     tags = raw.get("tags", [])
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-        raise TaskFileError(f"{where}: field 'tags' must be a list of strings")
+        raise TaskFileError(f"{where}: task {task_id!r}: field 'tags' must be a list of strings, got {as_written(tags)}")
     payload = {k: v for k, v in raw.items() if k not in CORE_FIELDS}
     task = Task(id=task_id, mode=mode, payload=payload, seed=seed, tags=tuple(tags), source=where)
     try:
