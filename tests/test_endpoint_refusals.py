@@ -172,3 +172,26 @@ def test_a_refused_key_is_a_python_runs_outcome_with_the_clis_exit_code(tmp_path
     assert "refuses the API key" in outcome.message, outcome.message
     assert outcome.message.endswith(f"run(output_dir={str(tmp_path / 'out')!r}, run_id='refused', resume=True)"), \
         outcome.message
+
+
+def test_a_python_runs_records_name_its_keywords(tmp_path, llm_server, monkeypatch):
+    """run(max_retries=1) against a server that answers 500: its outcome's message named
+    max_retries=1, but results.jsonl's failure and events.jsonl's retry, which the script
+    reads, said the member gave up "(--max-retries 1)", a flag it never typed (the CLI's
+    records keep the flag: test_openai_agent)."""
+    pytest.importorskip("math_verify")
+    from parallel_rollout.api import run
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    tasks = tmp_path / "math.jsonl"
+    tasks.write_text(MATH_TASKS.read_text().splitlines()[0] + "\n")
+    server = llm_server(policy=lambda body: {"status": 500, "message": "overloaded"})
+    outcome = run(mode="math", data=tasks, agent="openai", base_url=server.url, model="test-model",
+                  max_retries=1, server_cooldown=0, output_dir=tmp_path / "out", run_id="five-hundred", progress=False)
+    records = read_results(outcome.run_dir)
+    events = [json.loads(line) for line in (outcome.run_dir / "events.jsonl").read_text().splitlines()]
+    said = [r["failure"]["message"] for r in records if r.get("failure")]
+    said += [e["reason"] for e in events if e["event"] == "retry"]
+    assert said, (records, events)
+    for message in said:
+        assert "gave up after 2 requests for this turn (max_retries=1)" in message and "--" not in message, message

@@ -58,6 +58,9 @@ def run(config_file: str | Path | None = None, **run_settings: Any) -> RunOutcom
             runner = Runner(build_config(flags, str(config_file) if config_file else None,
                                          {name: PYTHON_CALL for name in flags}))
             runner.program = PYTHON_PROGRAM  # its resume is said as a call: run(..., resume=True)
+            # what its engine says of its own (a record's failure: results.jsonl, a retry's event;
+            # its thread's warnings) as its outcome's message is said, below
+            runner.said = lambda text: as_called(text, _settings_of(runner), strict=True)
             outcome = runner.run()
     except (ConfigError, ProviderUnavailable) as exc:
         # the core says its settings as the CLI's flags: said again as this call spells them
@@ -67,12 +70,16 @@ def run(config_file: str | Path | None = None, **run_settings: Any) -> RunOutcom
         forget_the_kept()
     # why it aborted, which gate failed: free text of tasks and servers too, whose flags are no
     # settings of this call (strict: only a flag with the run's own value is said as a keyword)
-    settings_of_run = {name: getattr(runner.config, name) for name in SETTING_TYPES}
-    outcome.message = as_called(outcome.message, settings_of_run, strict=True)
+    outcome.message = as_called(outcome.message, _settings_of(runner), strict=True)
     # Ctrl-C stops the caller too, once the run is closed (one as it wrote its summary too)
     if outcome.summary.get("interrupted") or runner.late_signal:
         raise RunInterrupted(outcome, f"run(resume=True, run_id={outcome.run_dir.name!r}, ...)")
     return outcome
+
+
+def _settings_of(runner: Runner) -> dict[str, Any]:
+    """The settings ``runner`` runs with, by their keywords."""
+    return {name: getattr(runner.config, name) for name in SETTING_TYPES}
 
 
 def preflight(config_file: str | Path | None = None, *, check_endpoint: bool = False,

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 
 from .agents import get_agent
@@ -77,6 +77,9 @@ class Runner:
         self.started = False
         #: how the resume hint starts: the CLI puts what the user typed (``./dev run``)
         self.program = "parallel-rollout run"
+        #: the caller's words for what the engine says of its own (a record's failure, its
+        #: thread's warnings): run()'s keywords where the core says the CLI's flags; None: the CLI's
+        self.said: Callable[[str], str] | None = None
         self._interrupted: int | None = None
         #: a stop signal that came once the run had ended, as it wrote its summary and report
         self.late_signal: int | None = None
@@ -179,7 +182,7 @@ class Runner:
 
     def _engine(self, cfg: RunConfig, check_provider: bool = True) -> Engine:
         return Engine(cfg, self.run_dir, run_id=self.run_id, record_sink=self._store_record,
-                      stop_on=self._model_outage, check_provider=check_provider)
+                      stop_on=self._model_outage, check_provider=check_provider, said=self.said)
 
     def all_final(self, samples: list[Sample]) -> bool:
         """Whether the run folder holds a final record of every one of ``samples`` (read only;
