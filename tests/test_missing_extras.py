@@ -5,6 +5,8 @@ extra finds)."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from click.testing import CliRunner
 
@@ -17,7 +19,7 @@ from parallel_rollout.cli import main
     ("bm25s", "rag", "rag"),
 ])
 def test_a_mode_without_its_extra_is_refused_once_naming_the_extra(tmp_path, monkeypatch, package, data, extra):
-    monkeypatch.setitem(__import__("sys").modules, package, None)
+    monkeypatch.setitem(sys.modules, package, None)
     for dry_run in ((), ("--dry-run",)):
         result = CliRunner().invoke(main, ["--data", data, "--output-dir", str(tmp_path / "out"),
                                            "--no-progress", *dry_run])
