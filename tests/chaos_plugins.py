@@ -170,10 +170,13 @@ def remove_leased_socket(config, key: str) -> None:
 
 
 class BrokenConstructorAgent(OracleAgent):
-    """An agent whose constructor raises (a missing API key, a bad option)."""
+    """An agent whose constructor raises (a missing API key, a bad option) while the file
+    ``agent-broken`` is in the run's output folder; an oracle once it is gone (fixed)."""
 
     def __init__(self, config) -> None:
-        raise RuntimeError("chaos: the agent's constructor raised")
+        if os.path.exists(os.path.join(config.output_dir, "agent-broken")):
+            raise RuntimeError("chaos: the agent's constructor raised")
+        super().__init__(config)
 
 
 class FlakyResetProvider(ProcessProvider):

@@ -13,7 +13,7 @@ import time
 import filelock
 import pytest
 
-from conftest import ROOT, assert_exactly_once, shell_task, write_tasks
+from conftest import ROOT, assert_exactly_once, read_results, shell_task, write_tasks
 from parallel_rollout.config import build_config
 from parallel_rollout.errors import ConfigError
 from parallel_rollout.runner import Runner
@@ -27,16 +27,30 @@ def run(tmp_path, tasks, **flags):
     return Runner(build_config(base)).run()
 
 
-def test_an_agent_whose_constructor_raises_gives_records_at_once(tmp_path):
+def test_an_agent_whose_constructor_raises_stops_the_run_and_its_resume_runs_every_task(tmp_path):
+    """Its constructor raises in every worker, whatever the task: each sample was a final
+    ``error`` graded 0, so the run exited 0 and its resume after the fix ran none. The run
+    stops at the first (exit 1, not a hang until the task timeout), naming the constructor's
+    error and where it was raised; nothing is final, and the resume runs every task."""
     tasks = [shell_task(f"t{i}") for i in range(3)]
+    broken = tmp_path / "out" / "agent-broken"
+    broken.parent.mkdir()
+    broken.touch()
     started = time.monotonic()
     outcome = run(tmp_path, tasks, agent="chaos_plugins:BrokenConstructorAgent", num_rollouts=2,
                   task_timeout=120.0)
-    assert time.monotonic() - started < 60  # not a hang until the task timeout
-    finals = assert_exactly_once(outcome.run_dir, {f"t{i}#0" for i in range(3)})
-    for record in finals.values():
-        assert record["status"] == "error" and not record["infrastructure"]
-        assert "chaos: the agent's constructor raised" in record["failure"]["message"]
+    assert time.monotonic() - started < 60
+    assert outcome.exit_code == 1, outcome
+    assert "could not be made: its constructor raised RuntimeError: chaos: the agent's constructor raised (at " \
+        in outcome.message and "chaos_plugins.py" in outcome.message, outcome.message
+    records = read_results(outcome.run_dir)
+    assert records and not any(r["final"] for r in records), records
+    assert {r["status"] for r in records} == {"agent_not_made"}, records
+    broken.unlink()  # the agent fixed
+    resumed = run(tmp_path, tasks, agent="chaos_plugins:BrokenConstructorAgent", num_rollouts=2,
+                  task_timeout=120.0, resume=True)
+    finals = assert_exactly_once(resumed.run_dir, {f"t{i}#0" for i in range(3)})
+    assert resumed.exit_code == 0 and {r["status"] for r in finals.values()} == {"success"}, finals
 
 
 @pytest.mark.parametrize("timeouts", [

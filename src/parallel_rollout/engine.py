@@ -75,7 +75,8 @@ from .doorbell import Doorbell
 from .engine_cancels import EngineCancels
 from .envs import get_env, run_answer_files
 from .logs import reworded
-from .errors import GuestPrerequisiteMissing, PoolClosed, PoolExhausted, RolloutError, VMSettingsMismatch
+from .errors import (AgentNotMade, GuestPrerequisiteMissing, PoolClosed, PoolExhausted, RolloutError,
+                     VMSettingsMismatch)
 from .messages import Assignment
 from .output_checks import EventsFile
 from .pool.providers import ProviderOptions, get_provider, provider_options
@@ -406,9 +407,9 @@ class Engine(EngineCancels):
         if self._said is not None and isinstance(failure, dict) and isinstance(failure.get("message"), str):
             failure["message"] = self._said(failure["message"])
         if record.get("status") in (PoolExhausted.kind, PoolClosed.kind, StorageError.kind,
-                                    GuestPrerequisiteMissing.kind, VMSettingsMismatch.kind):
+                                    GuestPrerequisiteMissing.kind, VMSettingsMismatch.kind, AgentNotMade.kind):
             # Not the sample's fault and not final: a resumed run (with working VMs, with
-            # space on the disk) runs it.
+            # space on the disk, with an agent that can be made) runs it.
             record["final"] = False
             if not self._closing:
                 self.stop((record.get("failure") or {}).get("message") or "the VM pool is exhausted")

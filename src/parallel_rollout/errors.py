@@ -183,6 +183,17 @@ class GuestKeyRefused(VMError):
     mends that."""
 
 
+class AgentNotMade(RolloutError):
+    """The run's agent could not be made (its constructor raised: a missing key, a bad option,
+    a typo): every attempt of every worker would end so, as ``error`` graded 0 and final, so
+    that a resume after the fix ran none of them. The engine stops the run at the first one
+    (exit 1, the attempt left to a resume), as it does for a guest that lacks what the mode
+    needs."""
+
+    kind = "agent_not_made"
+    infrastructure = False
+
+
 class GuestPrerequisiteMissing(RolloutError):
     """The leased VM lacks what the mode needs in it (the web mode's Chromium): no broken VM
     to replace and no task's failure, but a guest image to fix. The engine stops the run at

@@ -44,7 +44,7 @@ from .agents.calls import OUTLIVED_ACT, calls_of
 from .config import RunConfig
 from .envs import Env, answer_files_of, get_env
 from .envs.base import checked_evaluation, checked_step
-from .errors import AttemptCancelled, RolloutError, VMError
+from .errors import AgentNotMade, AttemptCancelled, RolloutError, VMError
 from .logs import flush_stdout
 from .messages import (Assignment, Cancel, Finished, LeaseWait, Progress, Started, Stop, receive_message,
                        send_message)
@@ -361,7 +361,13 @@ class LoopParts:
     def agent(self) -> Agent:
         """This loop's Agent."""
         if self._agent is None:
-            self._agent = get_agent(self.config.agent)(self.config)
+            try:
+                self._agent = get_agent(self.config.agent)(self.config)
+            except Exception as exc:  # noqa: BLE001 - the agent's own code: every attempt would end so
+                where = records.raised_in(records.failure(exc))
+                raise AgentNotMade(f"the agent {self.config.agent} could not be made: its constructor raised "
+                                   f"{type(exc).__name__}: {str(exc)[:500]}{f' (at {where})' if where else ''}; "
+                                   "every attempt would end so") from exc
         return self._agent
 
     def event_loop(self) -> asyncio.AbstractEventLoop:
