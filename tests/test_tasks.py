@@ -46,6 +46,8 @@ MALFORMED = [
     ("id is .", "tasks.jsonl", _line(shell_task("x", id=".")), ["tasks.jsonl:1:", "'id'"]),
     ("unknown mode", "tasks.jsonl", _line(shell_task("x", mode="nosuchmode")),
      ["tasks.jsonl:1:", "unknown mode 'nosuchmode'", "known modes: " + ", ".join(mode_names())]),
+    ("mode is a typo", "tasks.jsonl", _line(shell_task("x", mode="shel")),
+     ["tasks.jsonl:1:", "unknown mode 'shel' in task 'x' (did you mean 'shell'?); known modes: "]),
     ("mode is not a string", "tasks.jsonl", _line(shell_task("x", mode=3)), ["tasks.jsonl:1:", "unknown mode"]),
     ("tags not a list", "tasks.jsonl", _line(shell_task("x", tags="files")), ["tasks.jsonl:1:", "task 'x': field 'tags'", "list", 'got "files"']),
     ("tags hold a number", "tasks.jsonl", _line(shell_task("x", tags=["a", 1])), ["tasks.jsonl:1:", "task 'x': field 'tags'", 'got ["a", 1]']),

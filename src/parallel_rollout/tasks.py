@@ -455,10 +455,10 @@ def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Vali
     if mode is None:
         raise TaskFileError(f"{where}: task {task_id!r} has no 'mode' and no --mode was given")
     if not isinstance(mode, str) or mode not in validators:
-        raise TaskFileError(
-            f"{where}: unknown mode {mode!r} in task {task_id!r}; "
-            f"known modes: {', '.join(sorted(validators))}"
-        )
+        close = difflib.get_close_matches(str(mode), list(validators), n=1, cutoff=0.75)  # as --mode's
+        raise TaskFileError(f"{where}: unknown mode {mode!r} in task {task_id!r}"
+                            + (f" (did you mean {close[0]!r}?)" if close else "")
+                            + f"; known modes: {', '.join(sorted(validators))}")
     if default_mode is not None and mode != default_mode:
         run_mode = f"--mode {default_mode}" if mode_given else f"{default_mode}, the default (no --mode was given)"
         raise ModeConflict(f"{where}: task {task_id!r} has mode {mode!r} but the run is {run_mode}")
