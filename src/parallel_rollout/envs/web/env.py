@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import tempfile
 from functools import lru_cache
 from importlib import resources
@@ -53,6 +54,14 @@ START_TIMEOUT_S = 90.0
 STEP_TIMEOUT_S = 30.0
 #: browser window size; MiniWoB's task area is the top-left 160 x 210 pixels
 WINDOW = (500, 400)
+#: the longest time limit the page's timer takes: setTimeout's delay is a signed 32-bit count
+MAX_TIME_LIMIT_MS = 2**31 - 1
+
+
+def time_limit_ms(limit_s: float) -> int:
+    """A task's ``time_limit_s`` as the page's ``core.EPISODE_MAX_TIME``: whole milliseconds,
+    at least 1: a limit under a millisecond rounded down to 0 meant the page's own 10 s."""
+    return max(1, math.ceil(limit_s * 1000))
 
 
 @lru_cache(maxsize=1)
@@ -92,7 +101,11 @@ class WebEnv(Env):
         require(payload, "screenshot", bool, optional=True)
         limit = payload.get("time_limit_s")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0):
-            raise ValueError("field 'time_limit_s' must be a positive number of seconds")
+            raise ValueError(f"field 'time_limit_s' must be a positive number of seconds, not {limit!r}")
+        if limit is not None and time_limit_ms(limit) > MAX_TIME_LIMIT_MS:
+            # the page's timer (setTimeout) takes a longer delay as 0: the episode ended at once
+            raise ValueError(f"field 'time_limit_s' is {limit!r}: at most {MAX_TIME_LIMIT_MS // 1000} seconds "
+                             "(24 days), the longest the page's timer counts")
 
     @staticmethod
     def check_guest(provider_name: str) -> str | None:
@@ -145,7 +158,7 @@ class WebEnv(Env):
         seed = task.seed if task.seed is not None else 0
         request = {"op": "start", "bundle": catalog.bundle(self.env_name), "page": catalog.page(self.env_name),
                    "seed": seed, "width": WINDOW[0], "height": WINDOW[1],
-                   "time_limit_ms": int(limit * 1000) if limit else None}
+                   "time_limit_ms": time_limit_ms(limit) if limit else None}
         self.state = self._call(request, START_TIMEOUT_S)
         self.ports = self.state.pop("ports")
         return self._observation(None)

@@ -1,0 +1,59 @@
+"""web mode, bad input through the CLI. A task's ``time_limit_s`` as the page's timer takes it:
+one the timer cannot count is refused at load naming the file, line and field; one under a
+millisecond is the task's limit, not the page's own 10 s."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import write_tasks
+from test_web import web_task
+
+pytestmark = pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
+
+
+def cli_run(tmp_path, tasks, run_id, *flags, env=None):
+    data = write_tasks(tmp_path / f"{run_id}.jsonl", tasks)
+    proc = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "run", "--mode", "web", "--data",
+                           str(data), "--agent", "oracle", "--output-dir", str(tmp_path / "out"),
+                           "--run-id", run_id, "--no-progress", *flags],
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, env=env)
+    return proc, data
+
+
+@pytest.mark.parametrize("limit", [2147484, 3e6, 1e300])
+def test_a_time_limit_longer_than_the_pages_timer_counts_is_refused_at_load(tmp_path, limit):
+    """setTimeout takes a delay past 2**31-1 ms as 0: such a task timed out at once with reward 0."""
+    proc, data = cli_run(tmp_path, [web_task("click-button", time_limit_s=60),
+                                    web_task("click-button", seed=1, time_limit_s=limit)], "long")
+    assert proc.returncode == 2, proc.stdout + proc.stderr[-2000:]
+    assert f"{data}:2: task 'click-button-1': field 'time_limit_s' is {limit!r}: at most 2147483 seconds" \
+        in proc.stderr, proc.stderr
+    assert not (tmp_path / "out" / "long").exists()
+
+
+def test_a_time_limit_of_zero_or_less_is_refused_naming_the_value(tmp_path):
+    proc, data = cli_run(tmp_path, [web_task("click-button", time_limit_s=-5)], "neg")
+    assert proc.returncode == 2
+    assert f"{data}:1: task 'click-button-0': field 'time_limit_s' must be a positive number of seconds, " \
+           "not -5" in proc.stderr, proc.stderr
+
+
+def test_the_longest_time_limit_and_one_under_a_millisecond_are_the_tasks(tmp_path):
+    """2147483 s leaves the oracle its time (it solves the page); 0.0001 s ends the episode
+    at the page's timer, where it was the page's own 10 s (and the oracle solved it)."""
+    proc, _ = cli_run(tmp_path, [web_task("click-button", time_limit_s=2147483),
+                                 web_task("click-button", seed=1, time_limit_s=0.0001)], "edges")
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
+    records = {r["task_id"]: r for r in map(json.loads, (tmp_path / "out" / "edges" / "results.jsonl")
+                                            .read_text().splitlines())}
+    assert records["click-button-0"]["status"] == "success" and records["click-button-0"]["reward"] == 1.0
+    short = records["click-button-1"]
+    assert short["reward"] == 0.0 and short["eval"]["reason"] == "timed out", short
+
