@@ -1,6 +1,8 @@
 """web mode, bad input through the CLI. A task's ``time_limit_s`` as the page's timer takes it:
 one the timer cannot count is refused at load naming the file, line and field; one under a
-millisecond is the task's limit, not the page's own 10 s."""
+millisecond is the task's limit, not the page's own 10 s. An address-space limit Chromium
+cannot start under (--vm-memory-mb without a memory cgroup) stops the run at its first
+episode, naming the flag, where VM after VM was marked dead."""
 
 from __future__ import annotations
 
@@ -57,3 +59,29 @@ def test_the_longest_time_limit_and_one_under_a_millisecond_are_the_tasks(tmp_pa
     short = records["click-button-1"]
     assert short["reward"] == 0.0 and short["eval"]["reason"] == "timed out", short
 
+
+#: a host without a memory cgroup, for every process of the run (its pool's manager too)
+NO_MEMORY_CGROUP = """from parallel_rollout.pool.providers import cgroups
+_available = cgroups.available
+cgroups.available = lambda *a, **k: frozenset(c for c in _available(*a, **k) if c != "memory")
+"""
+
+
+def test_vm_memory_mb_as_rlimit_as_stops_the_run_at_its_first_episode_naming_the_flag(tmp_path):
+    """Without a memory cgroup --vm-memory-mb bounds each process (RLIMIT_AS), under which
+    Chromium crashes as it starts: each attempt waited 40 s for it and marked its VM dead."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(NO_MEMORY_CGROUP)
+    path = os.pathsep.join(filter(None, [str(tmp_path / "site"), os.environ.get("PYTHONPATH")]))
+    proc, _ = cli_run(tmp_path, [web_task("click-button"), web_task("enter-text")], "rlimit",
+                      "--vm-memory-mb", "2048", "--max-retries", "1", env={**os.environ, "PYTHONPATH": path})
+    assert "falls back to RLIMIT_AS" in proc.stderr, proc.stderr[-2000:]  # the host is one without
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]
+    assert ("run stopped: web: start failed in the VM: BrowserMissing: Chromium cannot start in the VM: its "
+            "address space is limited to 2048 MB (RLIMIT_AS") in proc.stderr, proc.stderr[-2000:]
+    assert "leave --vm-memory-mb unset" in proc.stderr
+    folder = tmp_path / "out" / "rlimit"
+    records = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in records] == ["guest_prerequisite_missing"] and not records[0]["final"]
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["vm"]["marked_dead"] == 0 and summary["vm"]["replacements"] == 0

@@ -26,6 +26,7 @@ sandbox (bubblewrap, a container) may refuse; the VM is the boundary.
 import base64
 import json
 import os
+import resource
 import shutil
 import sys
 import time
@@ -83,7 +84,8 @@ CHROMIUM = ("chromium", "chromium-browser", "google-chrome")
 
 
 class BrowserMissing(RuntimeError):
-    """No Chromium in the VM: a missing prerequisite of the guest, not a broken VM."""
+    """No Chromium in the VM, or none that can start: a missing prerequisite of the guest, not
+    a broken VM."""
 
 
 def find_chromium(search_path):
@@ -102,6 +104,11 @@ def _which_chromium():
     if found is None:
         raise BrowserMissing("no Chromium in the VM (looked for chromium, chromium-browser, google-chrome "
                              "on PATH); install Debian's chromium package in the image")
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]  # Chromium starts under 1 TiB, not under 16 GiB
+    if limit != resource.RLIM_INFINITY and limit < 2**40:  # it crashed: VM after VM marked dead
+        raise BrowserMissing(f"Chromium cannot start in the VM: its address space is limited to {limit >> 20} MB "
+                             "(RLIMIT_AS: ulimit -v, the process provider's --vm-memory-mb where no memory cgroup "
+                             "bounds the sandbox), far less than Chromium reserves; lift it (leave --vm-memory-mb unset)")
     return found
 
 
