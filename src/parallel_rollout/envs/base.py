@@ -234,7 +234,8 @@ def require(payload: Mapping[str, Any], name: str, kind: type | tuple[type, ...]
         raise ValueError(f"missing field {name!r}")
     if not isinstance(payload[name], kind):
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise ValueError(f"field {name!r} must be {names}, got {type(payload[name]).__name__}")
+        given = "null" if payload[name] is None else type(payload[name]).__name__  # null: as the file says it
+        raise ValueError(f"field {name!r} must be {names}, got {given}")
 
 
 def require_str_list(payload: Mapping[str, Any], name: str, *, optional: bool = True) -> None:
