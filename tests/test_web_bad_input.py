@@ -2,12 +2,14 @@
 one the timer cannot count is refused at load naming the file, line and field; one under a
 millisecond is the task's limit, not the page's own 10 s. An address-space limit Chromium
 cannot start under (--vm-memory-mb without a memory cgroup) stops the run at its first
-episode, naming the flag, where VM after VM was marked dead."""
+episode, naming the flag, where VM after VM was marked dead. A page that never loads is
+named in the attempt's failure."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -85,3 +87,20 @@ def test_vm_memory_mb_as_rlimit_as_stops_the_run_at_its_first_episode_naming_the
     assert [r["status"] for r in records] == ["guest_prerequisite_missing"] and not records[0]["final"]
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["vm"]["marked_dead"] == 0 and summary["vm"]["replacements"] == 0
+
+
+def test_a_page_that_never_loads_is_named_in_the_failure(tmp_path):
+    """A miniwob package whose page is no MiniWoB page (no core.js): each attempt fails as the
+    VM's, and its failure names the page, where it said only "the MiniWoB page did not load"."""
+    package = tmp_path / "site" / "miniwob"
+    (package / "html" / "miniwob").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "html" / "miniwob" / "click-button.html").write_text("<html><body>no core</body></html>")
+    path = os.pathsep.join(filter(None, [str(tmp_path / "site"), os.environ.get("PYTHONPATH")]))
+    proc, _ = cli_run(tmp_path, [web_task("click-button")], "noload", "--max-retries", "0",
+                      env={**os.environ, "PYTHONPATH": path})
+    records = [json.loads(line) for line in (tmp_path / "out" / "noload" / "results.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in records] == ["vm_error"], proc.stderr[-2000:]
+    assert re.search(r"web: start failed in the VM: RuntimeError: the MiniWoB page "
+                     r"http://127\.0\.0\.1:\d+/miniwob/click-button\.html did not load", records[0]["failure"]["message"]), \
+        records[0]["failure"]

@@ -277,7 +277,7 @@ def start(req):
     ws.call("Page.navigate", url=url)
     _wait(lambda: _eval(ws, "typeof core !== 'undefined' && document.readyState === 'complete'"
                         " && document.getElementById('sync-task-cover') !== null"), 20.0,
-          "the MiniWoB page did not load")
+          f"the MiniWoB page {url} did not load (complete, with MiniWoB's core and task cover)")
     setup = f"Math.seedrandom({json.dumps(str(req['seed']))});"
     if req.get("time_limit_ms"):
         setup += f"core.EPISODE_MAX_TIME = {int(req['time_limit_ms'])};"
