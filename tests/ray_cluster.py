@@ -3,7 +3,7 @@ head and two worker nodes, each its own raylet on 127.0.0.1), one for each test 
 imports the ``cluster`` fixture, and what those modules share: the leak check that lets the
 cluster's own processes stay up, the command line of a CLI run on the cluster, an Engine of
 the shell mode on it (``shell_engine``), the shell benchmark's task ids, a Ray instance of a
-test's own (``own_ray_tmp``). Used by tests/test_ray_backend.py, tests/test_ray_lost_nodes.py,
+test's own (``own_ray_tmp``), a node started as an operator starts one (``ray_start_node``). Used by tests/test_ray_backend.py, tests/test_ray_lost_nodes.py,
 tests/test_ray_connect.py, tests/test_ray_driver.py and tests/test_ray_stalls.py.
 """
 
@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import psutil
 import pytest
@@ -167,3 +168,53 @@ def turns(run_dir: Path, task_id: str) -> int:
     """The turns written so far of attempt 0 of sample 0 of ``task_id``."""
     path = run_dir / "trajectories" / task_id / "0" / "attempt-0.jsonl"
     return path.read_text().count("\n") if path.exists() else 0
+
+
+#: ``ray start`` (argv: its own) of a node on loopback as the module's cluster is: Ray's
+#: RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (tests/ray_cluster.py), which keeps every address on
+#: 127.0.0.1, also refuses a node that is not a head; set to 1, ``ray start`` takes the
+#: address of the route out and cannot reach the head on loopback
+_RAY_START = """
+import sys
+from ray._private import ray_constants, services
+ray_constants.ENABLE_RAY_CLUSTER = True
+services.node_ip_address_from_perspective = lambda address=None: "127.0.0.1"
+from ray.scripts.scripts import main
+sys.argv[0] = "ray"
+main()
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def ray_start_node(address: str, log: Path, wrap: Sequence[str] = ()) -> Iterator[subprocess.Popen]:
+    """A node started with ``ray start --address`` (``--block``: the process stays, its raylet
+    and agents its children), stopped after by pid with whatever it left; ``wrap``: the argv
+    it runs under (``unshare …``, which must exec it)."""
+    ports = {flag: str(_free_port()) for flag in ("--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
+                                                   "--runtime-env-agent-port", "--metrics-export-port")}
+    node = subprocess.Popen([*wrap, sys.executable, "-c", _RAY_START, "start", "--address", address,
+                             "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
+                             "--object-store-memory", str(80 * 1024 * 1024), "--block",
+                             *[part for flag, port in ports.items() for part in (flag, port)]],
+                            stdout=log.open("w"), stderr=subprocess.STDOUT)
+    try:
+        yield node
+    finally:
+        left = [node] + descendants(node)
+        for proc in left:
+            if proc.poll() is None if isinstance(proc, subprocess.Popen) else proc.is_running():
+                proc.kill()
+        node.wait(30)
+
+
+def descendants(node: subprocess.Popen) -> list[psutil.Process]:
+    try:
+        return psutil.Process(node.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []

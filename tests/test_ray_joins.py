@@ -11,77 +11,23 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
-import sys
 import time
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Iterator
 
 import psutil
 import pytest
 
 import ray_cluster
 from conftest import assert_exactly_once, read_results, shell_task, write_tasks
-from ray_cluster import _cli, communicate
+from ray_cluster import _cli, communicate, descendants, ray_start_node
 
 # the module's fixtures: a cluster (made when a test first asks for it) and the leak check
 cluster, no_leaks = ray_cluster.cluster, ray_cluster.no_leaks
 
 
-#: ``ray start`` (argv: its own) of a node on loopback as the module's cluster is: Ray's
-#: RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (tests/ray_cluster.py), which keeps every address on
-#: 127.0.0.1, also refuses a node that is not a head; set to 1, ``ray start`` takes the
-#: address of the route out and cannot reach the head on loopback
-_RAY_START = """
-import sys
-from ray._private import ray_constants, services
-ray_constants.ENABLE_RAY_CLUSTER = True
-services.node_ip_address_from_perspective = lambda address=None: "127.0.0.1"
-from ray.scripts.scripts import main
-sys.argv[0] = "ray"
-main()
-"""
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextmanager
-def ray_start_node(address: str, log: Path) -> Iterator[subprocess.Popen]:
-    """A node started with ``ray start --address`` (``--block``: the process stays, its raylet
-    and agents its children), stopped after by pid with whatever it left."""
-    ports = {flag: str(_free_port()) for flag in ("--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
-                                                   "--runtime-env-agent-port", "--metrics-export-port")}
-    node = subprocess.Popen([sys.executable, "-c", _RAY_START, "start", "--address", address,
-                             "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
-                             "--object-store-memory", str(80 * 1024 * 1024), "--block",
-                             *[part for flag, port in ports.items() for part in (flag, port)]],
-                            stdout=log.open("w"), stderr=subprocess.STDOUT)
-    try:
-        yield node
-    finally:
-        left = [node] + _descendants(node)
-        for proc in left:
-            if proc.poll() is None if isinstance(proc, subprocess.Popen) else proc.is_running():
-                proc.kill()
-        node.wait(30)
-
-
-def _descendants(node: subprocess.Popen) -> list[psutil.Process]:
-    try:
-        return psutil.Process(node.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-
-
 def _raylet(node: subprocess.Popen) -> psutil.Process:
-    raylets = [p for p in _descendants(node) if p.name() == "raylet"]
-    assert len(raylets) == 1, [" ".join(p.cmdline())[:100] for p in _descendants(node)]
+    raylets = [p for p in descendants(node) if p.name() == "raylet"]
+    assert len(raylets) == 1, [" ".join(p.cmdline())[:100] for p in descendants(node)]
     return raylets[0]
 
 

@@ -292,9 +292,15 @@ def late_progress(asked: list[tuple[Any, list[tuple[str, int]]]]) -> list[Where]
     return [answers.get(ref) or {} for ref in refs]
 
 
-def sweep_here(provider_name: str, run_id: str | None, orphans_only: bool = False) -> list[str]:
+def sweep_here(provider_name: str, run_id: str | None, orphans_only: bool = False, check: bool = False) -> list[str]:
     """A provider's leftover VMs on the node this runs on, removed; ``orphans_only``: keep
-    those whose pool is alive (a live run's: nodes may share one host)."""
+    those whose pool is alive (a live run's: nodes may share one host). ``check``: first its
+    ProviderUnavailable when the provider cannot run there (no bubblewrap, no docker daemon …):
+    the run's preflight checked only the driver's host, and a node's pool without it failed
+    every boot, which stopped the whole run (``the replacement budget is spent``)."""
     from ..pool.providers import get_provider
 
-    return list(get_provider(provider_name).sweep(run_id, orphans_only=orphans_only))
+    provider_cls = get_provider(provider_name)
+    if check:
+        provider_cls.check_available()
+    return list(provider_cls.sweep(run_id, orphans_only=orphans_only))

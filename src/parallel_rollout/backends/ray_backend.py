@@ -134,7 +134,10 @@ class RayBackend(WorkerTable, NodeWatch):
         self._folder_token: str | None = None
         self._head = HeadWatch()
         #: the nodes' sweeps of the run's leftovers, each before its pool and workers
-        self._sweeps = Sweeps(self.config.provider_name, spec.run_id)
+        #: (and, where a node has its own pool, whether the provider can run there: the run's
+        #: preflight checked only this host)
+        self._sweeps = Sweeps(self.config.provider_name, spec.run_id,
+                              check=not getattr(spec.provider_cls, "reachable_from_any_node", False))
         # a cluster nobody can reach is refused here, as the engine is made: before a run
         # opens its folder (ray.init would retry for ever)
         check_reachable(self.config.ray_address, self.config.resume)

@@ -18,7 +18,7 @@ import time
 from multiprocessing.connection import wait as mp_wait
 from typing import Any, Callable
 
-from ..errors import STOP_SIGNALS, ClusterUnreachable, InterruptedBeforeStart, VMError
+from ..errors import STOP_SIGNALS, ClusterUnreachable, InterruptedBeforeStart, ProviderUnavailable, VMError
 from .ray_actors import sweep_here
 from .ray_head import HeadWatch, disconnect_lost
 from .ray_probe import answers_as_grpc
@@ -66,14 +66,25 @@ def check_reachable(address: str | None, resume: bool = False) -> str:
 
     target = ""
     try:
-        # ray://HOST:PORT is the Ray client's server: reached as it is
-        target = address.split("://", 1)[1] if "://" in address else canonicalize_bootstrap_address(address) or ""
+        # ray://HOST:PORT is the Ray client's server: reached as it is. Another scheme (the
+        # dashboard's http://) reached a GCS on that port, and ray.init refused it after the
+        # run folder opened, telling of RAY_ADDRESS
+        scheme, _, rest = address.rpartition("://")
+        if scheme not in ("", "ray"):
+            raise ValueError(f"its scheme is {scheme}://, not ray://")
+        target = rest if scheme else canonicalize_bootstrap_address(address) or ""
         host, _, port = target.rpartition(":")
+        if not port.isdigit():
+            raise ValueError(f"its port {port!r} is not a number" if host else "it names no port")
         with socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_TIMEOUT_S) as conn:
             answers_as_grpc(conn, REACH_TIMEOUT_S)
-    except (OSError, ValueError) as exc:  # a ConnectionError: auto found no cluster
+    except ValueError as exc:  # what ray.init would refuse, or retry for ever
+        raise ClusterUnreachable(f"--ray-address {address}: not a Ray cluster's address ({exc}): give its head "
+                                 "node's HOST:PORT (the port of ray start --head --port), auto or ray://HOST:PORT; "
+                                 "nothing ran") from None
+    except OSError as exc:  # a ConnectionError: auto found no cluster
         said = f"at {target} (--ray-address {address})" if target and target != address else f"at {address}"
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else why(exc)
+        reason = exc.strerror or why(exc)
         again = ("; the run's cluster may be gone: resume on another with --ray-address HOST:PORT, or on this "
                  "host with --backend local" if resume else "")
         raise ClusterUnreachable(f"cannot reach the Ray cluster {said}: {reason}; start it (ray start --head) or "
@@ -251,16 +262,17 @@ class Sweeps:
     """The sweeps of this run's leftovers (orphans only) that nodes run before they get a pool
     and workers, at the start and when a node joins mid-run: each a task pinned to its node,
     waited for with the others' work going on. A node whose sweep fails (the node died) or
-    does not end within SWEEP_S is left out of the run: ``left_out`` says why."""
+    does not end within SWEEP_S is left out of the run: ``left_out`` says why. ``check``: a
+    node where the provider cannot run (``sweep_here``) is left out too, the reason its own."""
 
-    def __init__(self, provider_name: str, run_id: str) -> None:
-        self.provider_name, self.run_id = provider_name, run_id
+    def __init__(self, provider_name: str, run_id: str, check: bool = False) -> None:
+        self.provider_name, self.run_id, self.check = provider_name, run_id, check
         self.pending: dict[str, tuple[Any, float]] = {}
         self.left_out: dict[str, str] = {}
         self.removed: list[str] = []  # the VMs the ended sweeps removed
 
     def start(self, node_id: str) -> None:
-        ref = pinned(sweep_here, node_id).remote(self.provider_name, self.run_id, True)
+        ref = pinned(sweep_here, node_id).remote(self.provider_name, self.run_id, True, self.check)
         self.pending[node_id] = (ref, time.monotonic() + SWEEP_S)
 
     def known(self, node_id: str) -> bool:
@@ -280,6 +292,8 @@ class Sweeps:
                 try:
                     self.removed += ray.get(ref)
                     swept.append(node_id)
+                except ProviderUnavailable as exc:  # Ray's error is an instance of its cause
+                    failed[node_id] = f"the {self.provider_name} provider cannot run there: {exc.cause}"
                 except Exception as exc:  # noqa: BLE001 - the node died, the sweep failed
                     failed[node_id] = f"its sweep of the run's leftovers failed: {why(exc)}"
             elif give_up or time.monotonic() > deadline:
