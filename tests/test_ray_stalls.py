@@ -113,6 +113,11 @@ def test_pools_paused_as_the_run_ends_hold_its_end_up_once(cluster, tmp_path, mo
             took = time.monotonic() - asked_at
     assert took < 15, f"the run's end took {took:.1f}s with 3 pools paused"
     assert engine.final_pool_stats["states"].get("dead") == 3, engine.final_pool_stats
+    # each such pool's entry says why its VMs count dead, as a lost node's does (it said
+    # "lost": true and no reason)
+    said = engine.final_pool_stats["nodes"]
+    assert len(said) == 3 and all(s["lost"] and s["reason"] == "its pool did not answer its shutdown within 6s "
+                                  "(its node paused, stalled or gone)" for s in said.values()), said
     assert {r["status"] for r in read_results(run_dir)} == {"success"}
     _, alive = psutil.wait_procs(pools, timeout=30)  # killed by the run's end, once continued
     assert not alive, alive

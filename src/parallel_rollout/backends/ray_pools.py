@@ -120,9 +120,12 @@ def pools_stats(nodes: Iterable[Node], size: int, provider: str,
     if late:
         total["late_reports"] = late
     cluster = cluster_nodes(nodes, left_out)
-    for node_id, said in cluster["nodes"].items():  # a pool counted lost says why its node was
-        if said.get("reason") and total["nodes"].get(node_id, {}).get("lost"):
-            total["nodes"][node_id]["reason"] = said["reason"]
+    # a pool counted lost says why: its node was lost, or (its node alive) it did not shut down
+    reasons = {node.node_id: node.lost_reason for node in nodes if node.lost_reason}
+    for node_id, reason in {**reasons, **{n: said["reason"] for n, said in cluster["nodes"].items()
+                                          if said.get("reason")}}.items():
+        if total["nodes"].get(node_id, {}).get("lost"):
+            total["nodes"][node_id]["reason"] = reason
     total["nodes_left_out"] = cluster["nodes_left_out"]
     return total
 
@@ -156,7 +159,8 @@ def stop_pools(nodes: Iterable[Node], run_dir: Path, head_lost: bool = False) ->
 
     nodes = [node for node in nodes if node.pool is not None]
     alive = [node for node in nodes if node.alive]
-    left_vms = _ask_pools(alive, "shutdown", POOL_SHUTDOWN_HEAD_LOST_S if head_lost else POOL_SHUTDOWN_S)
+    wait_s = POOL_SHUTDOWN_HEAD_LOST_S if head_lost else POOL_SHUTDOWN_S
+    left_vms = _ask_pools(alive, "shutdown", wait_s)
     stats = _ask_pools([node for node in alive if node.node_id in left_vms], "stats", 10)
     unclean = any(left_vms.values())  # boots a pool stopped waiting for: swept after
     for node in alive:
@@ -166,6 +170,8 @@ def stop_pools(nodes: Iterable[Node], run_dir: Path, head_lost: bool = False) ->
         log.warning("the pool of node %s did not shut down; sweeping it", node.node_id[:8])
         unclean = True
         node.alive = not head_lost  # its VMs counted dead (no final stats); not asked again
+        node.lost_reason = node.lost_reason or (f"its pool did not answer its shutdown within {wait_s:.0f}s "
+                                                "(its node paused, stalled or gone)")
     stopped = [node for node in alive if node.final_stats is not None]
     take_reports(stopped, run_dir, wait_s=10)  # the calls under way,
     take_reports(stopped, run_dir, wait_s=10)  # then the rest
