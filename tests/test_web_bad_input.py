@@ -81,7 +81,8 @@ def test_vm_memory_mb_as_rlimit_as_stops_the_run_at_its_first_episode_naming_the
     assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]
     assert ("run stopped: web: start failed in the VM: BrowserMissing: Chromium cannot start in the VM: its "
             "address space is limited to 2048 MB (RLIMIT_AS") in proc.stderr, proc.stderr[-2000:]
-    assert "leave --vm-memory-mb unset" in proc.stderr
+    # a resume keeps --vm-memory-mb (another value is refused): every attempt failed at its start
+    assert "leave --vm-memory-mb unset: in a new --run-id, as a resume keeps the run's settings" in proc.stderr
     folder = tmp_path / "out" / "rlimit"
     records = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
     assert [r["status"] for r in records] == ["guest_prerequisite_missing"] and not records[0]["final"]

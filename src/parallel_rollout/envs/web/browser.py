@@ -108,7 +108,8 @@ def _which_chromium():
     if limit != resource.RLIM_INFINITY and limit < 2**40:  # it crashed: VM after VM marked dead
         raise BrowserMissing(f"Chromium cannot start in the VM: its address space is limited to {limit >> 20} MB "
                              "(RLIMIT_AS: ulimit -v, the process provider's --vm-memory-mb where no memory cgroup "
-                             "bounds the sandbox), far less than Chromium reserves; lift it (leave --vm-memory-mb unset)")
+                             "bounds the sandbox), far less than Chromium reserves; lift it (leave --vm-memory-mb unset: "
+                             "in a new --run-id, as a resume keeps the run's settings)")
     return found
 
 
