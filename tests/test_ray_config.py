@@ -391,3 +391,28 @@ def test_ray_s_time_set_in_the_cluster_s_config_goes_before_the_driver_s_environ
     if cluster_s is not None:
         config[RAY_GCS_TIMEOUT] = cluster_s
     assert head_lost_s(config) == lost_after
+
+
+@pytest.mark.parametrize("left", [0, 1])
+def test_a_local_resume_says_an_earlier_ray_sessions_left_out_node_once_as_earlier(tmp_path, left):
+    """A --resume --backend local of a Ray run that left a node out: the summary's lines say
+    that node once, marked ``(an earlier session)``. A resume with nothing left to run keeps
+    the earlier session's ``vm`` section, whose ``nodes_left_out`` (the fallback for a summary
+    from before the ``ray`` section) was said again as this session's, this session's ``ray``
+    being null. Its folder is made by a local run that config.json and summary.json then say
+    was a Ray run."""
+    run_dir = _a_ray_run_with_a_sample_left(tmp_path, "auto")
+    if not left:  # every sample made final first: the resume below has nothing to run
+        again = subprocess.run([*_CLI, "--output-dir", str(tmp_path), "--run-id", "r", "--resume", "--backend",
+                                "local", "--no-progress"], capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0, again.stderr[-2000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    why = "the process provider cannot run there: bubblewrap (bwrap) is not installed"
+    summary["ray"] = {"nodes": {"a" * 56: {"lost": False}}, "nodes_left_out": {"b" * 56: why}}
+    summary["vm"]["nodes_left_out"] = {"b" * 56: why}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    resumed = subprocess.run([*_CLI, "--output-dir", str(tmp_path), "--run-id", "r", "--resume", "--backend", "local",
+                              "--no-progress"], capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    said = [line for line in resumed.stdout.splitlines() if "Ray node" in line]
+    assert said == [f"Ray node bbbbbbbb left out of the run: {why} (an earlier session)"], resumed.stdout

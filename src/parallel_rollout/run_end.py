@@ -278,7 +278,9 @@ def _session_ray_lines(summary: dict[str, Any]) -> list[str]:
     nodes = ray.get("nodes") if isinstance(ray.get("nodes"), dict) else {}
     lines = [f"Ray node {str(node_id)[:8]} lost: {_elided(str(said.get('reason') or ''))}"
              for node_id, said in nodes.items() if isinstance(said, dict) and said.get("lost")]
-    left_out = ray.get("nodes_left_out") if ray else (summary.get("vm") or {}).get("nodes_left_out")
+    # the vm section's: a summary from before the ray section (a local session's is null, its vm
+    # section an earlier Ray session's when it ran nothing)
+    left_out = ray.get("nodes_left_out") if "ray" in summary else (summary.get("vm") or {}).get("nodes_left_out")
     for node_id, why in (left_out or {}).items():
         lines.append(f"Ray node {str(node_id)[:8]} left out of the run: {_elided(str(why))}")
     return lines
