@@ -387,7 +387,7 @@ def test_the_dry_runs_cache_note_names_the_listing_of_the_runs_own_tasks(tmp_pat
     wrong = subprocess.run([*command[:-1], "OS"], capture_output=True, text=True, timeout=60,
                            env=plain, cwd=elsewhere)
     assert wrong.returncode == 2 and "Traceback" not in wrong.stderr, wrong.stderr
-    assert "no domain 'OS'; domains: chrome, os" in wrong.stderr, wrong.stderr
+    assert "--domain 'OS': " in wrong.stderr and "(did you mean 'os'?); domains: chrome, os" in wrong.stderr, wrong.stderr
 
 
 def _one_task_index(tmp_path: Path) -> tuple[str, Path]:

@@ -18,6 +18,7 @@ covers; ``is_osworld_folder`` lets ``--data`` alone imply ``--mode osworld``.
 
 from __future__ import annotations
 
+import difflib
 import glob
 import json
 from pathlib import Path
@@ -118,12 +119,21 @@ def read_osworld_index(index_path: Path) -> dict[str, list[str]]:
     return index
 
 
+def _no_domain(index_path: Path, domain: str, known: list[str]) -> str:
+    """The refusal of a ``--domain`` the index lacks, naming the flag and, for a typo or a case
+    slip (``OS``, ``libreoffice_cacl``), the domain it is close to."""
+    by_case = {name.lower(): name for name in known}
+    close = [by_case[domain.lower()]] if domain.lower() in by_case else difflib.get_close_matches(domain, known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"--domain {domain!r}: {index_path} has no such domain{hint}; domains: {', '.join(known) or 'none'}"
+
+
 def _selected(folder: Path, domain: str, index: str) -> tuple[Path, Path, list[tuple[str, str]]]:
     """(folder, index file, [(domain, task id)]) of what a run of ``domain`` reads."""
     folder, index_path = osworld_folder(folder, index)
     ids = read_osworld_index(index_path)
     if domain != "all" and domain not in ids:
-        raise TaskFileError(f"{index_path}: no domain {domain!r}; domains: {', '.join(sorted(ids)) or 'none'}")
+        raise TaskFileError(_no_domain(index_path, domain, sorted(ids)))
     selected = [(name, task_id) for name in (sorted(ids) if domain == "all" else [domain]) for task_id in ids[name]]
     if not selected:  # not a task file's "no tasks in file": the index lists none to run
         listing = ", ".join(f"{name} {len(ids[name])}" for name in sorted(ids) if ids[name]) or "none"

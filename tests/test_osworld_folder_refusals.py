@@ -1,0 +1,45 @@
+"""What a user of OSWorld's own task folder is told when a flag picks nothing it holds (through
+the CLI, on the real files of /work/shared/osworld): the refusal names the flag as the user
+gave it, the index it was looked up in, and the value it is close to.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from parallel_rollout.exit_codes import EXIT_USAGE
+from test_osworld_folder_cli import run_cli, said
+from test_osworld_taskset import EXAMPLES, MODEL_AGENT, needs_set
+
+pytestmark = needs_set
+
+
+@pytest.mark.parametrize("domain, meant", [
+    ("libreoffice_cacl", "libreoffice_calc"),  # a typo
+    ("OS", "os"),                              # a case slip
+    ("o", "os"),                               # one letter short
+    ("spreadsheets", None),                    # nothing close: the list alone
+])
+def test_an_unknown_domain_names_the_flag_and_the_domain_it_is_close_to(domain, meant):
+    """`--domain libreoffice_cacl` said "test_all.json: no domain 'libreoffice_cacl'; domains: …":
+    neither the flag nor the domain meant, among ten."""
+    done = run_cli("--data", str(EXAMPLES), "--domain", domain, "--dry-run", *MODEL_AGENT)
+    assert done.returncode == EXIT_USAGE, said(done)
+    told = said(done)
+    assert f"--domain {domain!r}: {EXAMPLES / 'test_all.json'} has no such domain" in told, told
+    assert (f"(did you mean {meant!r}?)" in told) if meant else ("did you mean" not in told), told
+    assert "domains: chrome, gimp, libreoffice_calc" in told, told
+
+
+def test_osworld_cache_missing_refuses_an_unknown_domain_as_the_run_does():
+    """`osworld-cache missing DATA --domain D`, the command the dry run's note prints, reads the
+    same flag: its refusal is the run's, exit 2, no traceback."""
+    done = subprocess.run([sys.executable, "-m", "parallel_rollout", "osworld-cache", "missing", str(EXAMPLES),
+                           "--domain", "chorme"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == EXIT_USAGE and "Traceback" not in done.stderr, done.stderr
+    assert "--domain 'chorme': " in done.stderr and "(did you mean 'chrome'?)" in done.stderr, done.stderr
