@@ -6,6 +6,7 @@ gave it, the index it was looked up in, and the value it is close to.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -43,3 +44,23 @@ def test_osworld_cache_missing_refuses_an_unknown_domain_as_the_run_does():
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert done.returncode == EXIT_USAGE and "Traceback" not in done.stderr, done.stderr
     assert "--domain 'chorme': " in done.stderr and "(did you mean 'chrome'?)" in done.stderr, done.stderr
+
+
+@pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="qemu-system-x86_64 is not installed")
+@pytest.mark.parametrize("prog, build", [
+    ("./dev", "./dev image build --provider qemu --desktop"),  # ./dev sets PARALLEL_ROLLOUT_PROG
+    (None, f"{sys.executable} -m parallel_rollout image build --provider qemu --desktop"),
+])
+def test_a_desktop_image_not_built_names_the_build_command_as_the_user_reaches_the_tool(tmp_path, prog, build):
+    """`./dev run --provider qemu` without the desktop image said "build it with: parallel-rollout
+    image build …", a command ./dev's users do not have on PATH (the virtualenv is not active);
+    the resume line and the dry run's osworld-cache note already named ./dev."""
+    env = {k: v for k, v in os.environ.items() if k != "PARALLEL_ROLLOUT_PROG"}
+    env.update({"PYTHONPATH": os.pathsep.join(sys.path), "PARALLEL_ROLLOUT_CACHE": str(tmp_path / "empty-cache"),
+                **({"PARALLEL_ROLLOUT_PROG": prog} if prog else {})})
+    done = subprocess.run([sys.executable, "-m", "parallel_rollout", "run", "--data", str(EXAMPLES), "--osworld-index",
+                           "test_small.json", "--domain", "os", "--provider", "qemu", "--dry-run", *MODEL_AGENT],
+                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert done.returncode == EXIT_USAGE, said(done)
+    assert f"no qemu guest image in {tmp_path / 'empty-cache' / 'qemu-desktop'}; build it with: {build}\n" in done.stderr, \
+        done.stderr

@@ -351,6 +351,7 @@ def test_docker_image_build_is_cached(docker):
 
 
 def test_docker_desktop_without_its_image_says_how_to_build_it(docker, monkeypatch):
+    monkeypatch.setenv("PARALLEL_ROLLOUT_PROG", "parallel-rollout")  # the hint names the tool as typed
     from parallel_rollout.pool.providers import docker as docker_module
 
     monkeypatch.setattr(docker_module, "image_tag", lambda desktop=False: "pr-missing:desktop"

@@ -27,6 +27,7 @@ pytestmark = pytest.mark.skipif(shutil.which(qemu.QEMU) is None,
 
 
 def test_without_an_image_or_qemu_the_error_says_how_to_fix_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("PARALLEL_ROLLOUT_PROG", "parallel-rollout")  # the hint names the tool as typed
     monkeypatch.setenv("PARALLEL_ROLLOUT_CACHE", str(tmp_path / "empty-cache"))
     with pytest.raises(ProviderUnavailable,
                        match="no qemu guest image in .*empty-cache/qemu; build it with: "
@@ -43,6 +44,7 @@ def test_without_an_image_or_qemu_the_error_says_how_to_fix_it(tmp_path, monkeyp
 
 
 def test_a_stale_image_asks_for_a_rebuild(image, monkeypatch):
+    monkeypatch.setenv("PARALLEL_ROLLOUT_PROG", "parallel-rollout")  # the hint names the tool as typed
     monkeypatch.setattr(qemu, "image_inputs", lambda desktop=False: "another-agent")
     with pytest.raises(ProviderUnavailable, match="another guest agent or recipe; rebuild it "
                        "with: parallel-rollout image build --provider qemu$"):
@@ -54,6 +56,7 @@ def test_a_damaged_image_is_refused_at_once_and_image_build_rebuilds_it(image, t
     at boot, the pool spent its budget on boots of ~45 s each and the run ended on a kernel
     stack trace, while image build called the image current. Now refused before anything
     boots, naming the file, and image build rebuilds it."""
+    monkeypatch.setenv("PARALLEL_ROLLOUT_PROG", "parallel-rollout")  # the hint names the tool as typed
     cache = tmp_path / "cache"
     shutil.copytree(image, cache / "qemu", ignore=shutil.ignore_patterns(".build*"))
     monkeypatch.setenv("PARALLEL_ROLLOUT_CACHE", str(cache))

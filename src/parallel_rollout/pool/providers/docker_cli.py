@@ -220,8 +220,7 @@ def check_image(image: str, snapshot_named: bool, desktop: bool) -> None:
         raise ConfigError(f"docker snapshot image {image!r} does not exist "
                           "(docker image ls lists the images there are)")
     raise ProviderUnavailable(
-        f"the docker guest image {image} is not built; build it with: parallel-rollout "
-        "image build --provider docker" + (" --desktop" if desktop else ""))
+        f"the docker guest image {image} is not built; build it with: {images.build_command('docker', desktop)}")
 
 
 def write_user_files(image: str, folder: Path, uid: int, labels: list[str]) -> None:

@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from ...errors import ProviderUnavailable, VMError
+from ...provenance import program
 from . import orphans
 from .host_dirs import IMAGE_CACHE
 
@@ -143,6 +144,12 @@ def recipe_key(*parts: object) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def build_command(provider: str, desktop: bool = False) -> str:
+    """The command that builds ``provider``'s guest image, as the user reaches the tool (``./dev``
+    has no ``parallel-rollout`` on PATH): the fix a missing image's message names."""
+    return f"{program()} image build --provider {provider}" + (" --desktop" if desktop else "")
+
+
 def check_debootstrap() -> str:
     """The debootstrap executable; ProviderUnavailable (with the fix) when it cannot run."""
     found = shutil.which("debootstrap") or next(
@@ -152,7 +159,7 @@ def check_debootstrap() -> str:
                                   "apt-get install debootstrap")
     if os.geteuid() != 0:
         raise ProviderUnavailable("debootstrap must run as root (it chroots and creates device "
-                                  "nodes): run `parallel-rollout image build` with sudo")
+                                  f"nodes): run `{program()} image build` with sudo")
     return found
 
 

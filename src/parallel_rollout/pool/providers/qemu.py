@@ -109,12 +109,13 @@ from .common import (LONG_VM_ID, check_name, check_vm_folder_free, checked_socke
                      remove_run_dir_if_empty, same_process, secure_base_dir, signal_name,
                      sweep_vm_folders, write_meta)
 from .halted import halted_tree
+from .images import build_command
 from .qemu_boot import failure_detail, user_disk_argv, wait_for_agent
 from .sandbox_processes import launcher
 # KVM detection and QMP; the accelerator names are part of this module's face (tests,
 # benchmarks and the CLI reach them as qemu.X)
 from .qemu_machine import (ACCEL_ENV, KVM_PROBE_TIMEOUT_S,  # noqa: F401
-                           BUILD_COMMAND, QEMU, boot_id, check_host_memory, detect_accelerator,
+                           QEMU, boot_id, check_host_memory, detect_accelerator,
                            probe_kvm, qmp, qmp_hmp)
 
 log = logging.getLogger(__name__)
@@ -397,7 +398,7 @@ class QemuProvider(Provider):
 def _check_image(desktop: bool) -> None:
     """ProviderUnavailable unless the image (plain or desktop) is built and current."""
     where = image_dir(desktop)
-    command = BUILD_COMMAND + (" --desktop" if desktop else "")
+    command = build_command("qemu", desktop)
     manifest = read_json(where / "image.json")
     if manifest is None or not all((where / n).is_file() for n in IMAGE_FILES):
         raise ProviderUnavailable(f"no qemu guest image in {where}; build it with: {command}")

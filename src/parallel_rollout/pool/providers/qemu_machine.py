@@ -28,12 +28,12 @@ import time
 from pathlib import Path
 
 from ...errors import ConfigError, VMError
+from .images import build_command
 from .qemu_image import PROBE_MARKER, read_json, write_json, image_dir
 
 log = logging.getLogger(__name__)
 
 QEMU = "qemu-system-x86_64"
-BUILD_COMMAND = "parallel-rollout image build --provider qemu"
 ACCEL_ENV = "PARALLEL_ROLLOUT_QEMU_ACCEL"
 #: a working KVM boots the probe in about a second; a broken one hangs
 KVM_PROBE_TIMEOUT_S = 15.0
@@ -80,7 +80,7 @@ def probe_kvm(timeout_s: float) -> tuple[str, str]:
                   if (d / "vmlinuz").is_file() and (d / "initrd.img").is_file()), image_dir())
     kernel, initrd = built / "vmlinuz", built / "initrd.img"
     if not (kernel.is_file() and initrd.is_file()):
-        return "tcg", f"no built kernel to probe KVM with ({BUILD_COMMAND})"
+        return "tcg", f"no built kernel to probe KVM with ({build_command('qemu')})"
     argv = [shutil.which(QEMU) or QEMU, "-machine", "pc", "-accel", "kvm", "-cpu", "host",
             "-m", "128", "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
             "-serial", "stdio", "-kernel", str(kernel), "-initrd", str(initrd),
