@@ -64,3 +64,18 @@ def test_a_desktop_image_not_built_names_the_build_command_as_the_user_reaches_t
     assert done.returncode == EXIT_USAGE, said(done)
     assert f"no qemu guest image in {tmp_path / 'empty-cache' / 'qemu-desktop'}; build it with: {build}\n" in done.stderr, \
         done.stderr
+
+
+@pytest.mark.parametrize("written, said_", [
+    ('{\n  "chrome": ["a"],\n  "os": "abc"\n}\n', ':3: domain \'os\': "abc" is not a list of task ids (strings)'),
+    ('{"os": ["a", 3]}', ':1: domain \'os\': ["a", 3] is not a list of task ids (strings)'),
+    ('["a", "b"]', ':1: an OSWorld index is an object, {"domain": ["task id", ...]}, not ["a", "b"]'),
+], ids=["a domain's string", "a number among the ids", "a list"])
+def test_an_index_of_ones_own_that_is_malformed_names_the_line_and_the_domain(tmp_path, written, said_):
+    """An index of one's own (how one task runs) that is no {"domain": [ids]} said only
+    'mine.json:1: expected {"domain": ["task id", ...]}': not which domain, nor what it held."""
+    index = tmp_path / "mine.json"
+    index.write_text(written)
+    done = run_cli("--data", str(EXAMPLES), "--osworld-index", str(index), "--dry-run", *MODEL_AGENT)
+    assert done.returncode == EXIT_USAGE, said(done)
+    assert f"{index}{said_}" in said(done), said(done)

@@ -26,7 +26,7 @@ from typing import Any, Iterable
 
 from .config import DATA_KINDS
 from .errors import TaskFileError
-from .task_json import parse_json
+from .task_json import as_written, parse_json
 
 #: OSWorld's index of every task; --osworld-index picks another (test_small.json …)
 DEFAULT_INDEX = "test_all.json"
@@ -110,12 +110,19 @@ def _no_task_set(folder: Path) -> str:
 def read_osworld_index(index_path: Path) -> dict[str, list[str]]:
     """An OSWorld index (``test_all.json``): domain -> task ids; TaskFileError when it is not one."""
     try:
-        index = parse_json(index_path.read_text(encoding="utf-8-sig"), index_path, 1)
+        text = index_path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
         raise TaskFileError(f"{index_path}:1: invalid JSON: {exc}") from None
-    if not isinstance(index, dict) or not all(
-            isinstance(ids, list) and all(isinstance(i, str) for i in ids) for ids in index.values()):
-        raise TaskFileError(f"{index_path}:1: expected {{\"domain\": [\"task id\", ...]}}")
+    index = parse_json(text, index_path, 1)
+    shape = '{"domain": ["task id", ...]}'
+    if not isinstance(index, dict):
+        raise TaskFileError(f"{index_path}:1: an OSWorld index is an object, {shape}, not {as_written(index)}")
+    for domain, ids in index.items():
+        if not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
+            # the line of the domain's key, as an editor shows it
+            line = 1 + text[:max(text.find(json.dumps(domain)), 0)].count("\n")
+            raise TaskFileError(f"{index_path}:{line}: domain {domain!r}: {as_written(ids)} is not a list of task "
+                                f"ids (strings), as in {shape}")
     return index
 
 
