@@ -134,10 +134,24 @@ def docker_answers() -> bool:
 
 
 @pytest.mark.skipif(not docker_answers(), reason="needs a Docker daemon")
-def test_a_missing_docker_image_is_named(tmp_path):
-    done = dry_run(tmp_path, "--provider-name", "docker", "--snapshot-name", "parallel-rollout-no-such-image:0")
+@pytest.mark.parametrize("snapshot", ["image", "container"])
+def test_a_docker_snapshot_that_is_no_image_is_named_with_its_flag(tmp_path, snapshot):
+    """A --snapshot-name that names no docker image (or a container, not yet committed) is
+    refused naming the flag: it said 'docker snapshot image … does not exist', no flag."""
+    name = f"parallel-rollout-no-such-image-{os.getpid()}"
+    if snapshot == "container":  # created from the guest image, never started
+        made = subprocess.run(["docker", "create", "--name", name, "--network", "none",
+                               "parallel-rollout-guest:latest", "true"], capture_output=True, timeout=60)
+        if made.returncode != 0:
+            pytest.skip("needs the docker guest image (parallel-rollout image build --provider docker)")
+    try:
+        done = dry_run(tmp_path, "--provider-name", "docker", "--snapshot-name", name)
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=60)
     assert done.returncode == EXIT_USAGE
-    assert "docker snapshot image 'parallel-rollout-no-such-image:0' does not exist" in done.stderr, done.stderr
+    said = {"image": f"--snapshot-name '{name}': no such docker image (docker image ls lists the images",
+            "container": f"--snapshot-name '{name}' is a docker container, not an image; commit it first"}
+    assert said[snapshot] in done.stderr, done.stderr
 
 
 @pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None or shutil.which("qemu-img") is None,

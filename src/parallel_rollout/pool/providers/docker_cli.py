@@ -215,9 +215,9 @@ def check_image(image: str, snapshot_named: bool, desktop: bool) -> None:
     if snapshot_named:
         if container_state(image) != "missing":
             raise ConfigError(
-                f"docker snapshot {image!r} is a container, not an image; commit it "
+                f"--snapshot-name {image!r} is a docker container, not an image; commit it "
                 f"first: docker commit {image} my-snapshot, then --snapshot-name my-snapshot")
-        raise ConfigError(f"docker snapshot image {image!r} does not exist "
+        raise ConfigError(f"--snapshot-name {image!r}: no such docker image "
                           "(docker image ls lists the images there are)")
     raise ProviderUnavailable(
         f"the docker guest image {image} is not built; build it with: {images.build_command('docker', desktop)}")
