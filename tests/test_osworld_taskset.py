@@ -84,7 +84,7 @@ def test_bad_index_and_domain_say_what_exists():
     assert result.exit_code == 2
     assert "no index test_nope.json" in result.output and "test_small.json" in result.output
     result = cli("--data", str(EXAMPLES), "--domain", "nope", "--dry-run")
-    assert result.exit_code == 2 and "no domain 'nope'" in result.output and "chrome" in result.output
+    assert result.exit_code == 2 and "--domain 'nope': " in result.output and "has no such domain" in result.output and "chrome" in result.output
 
 
 @needs_set

@@ -399,7 +399,7 @@ def test_osworld_folder_loads_every_domain_or_one(tmp_path):
     assert sorted(t.id for t in every) == sorted(index["os"] + index["editor"])
     editor = load_tasks(folder, default_mode="osworld", validators=task_validators(), domain="editor")
     assert [t.id for t in editor] == index["editor"] and all("editor" in t.tags for t in editor)
-    with pytest.raises(TaskFileError, match="no domain 'chrome'; domains: editor, os"):
+    with pytest.raises(TaskFileError, match="--domain 'chrome': .* has no such domain; domains: editor, os"):
         load_tasks(folder, default_mode="osworld", validators=task_validators(), domain="chrome")
 
 
