@@ -5,6 +5,7 @@ gave it, the index it was looked up in, and the value it is close to.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -79,3 +80,23 @@ def test_an_index_of_ones_own_that_is_malformed_names_the_line_and_the_domain(tm
     done = run_cli("--data", str(EXAMPLES), "--osworld-index", str(index), "--dry-run", *MODEL_AGENT)
     assert done.returncode == EXIT_USAGE, said(done)
     assert f"{index}{said_}" in said(done), said(done)
+
+
+def test_an_empty_task_file_or_index_is_said_to_be_empty(tmp_path):
+    """A task file or index cut short to nothing (an interrupted copy) said 'invalid JSON:
+    Expecting value (column 1)', as if a character were wrong; the others are still all named."""
+    folder = tmp_path / "set"
+    task_ids = [p.stem for p in sorted((EXAMPLES / "examples" / "os").glob("*.json"))[:2]]
+    (folder / "examples" / "os").mkdir(parents=True)
+    for task_id in task_ids:
+        shutil.copy(EXAMPLES / "examples" / "os" / f"{task_id}.json", folder / "examples" / "os")
+    (folder / "test_all.json").write_text(json.dumps({"os": [*task_ids, "not-there"]}))
+    (folder / "examples" / "os" / f"{task_ids[0]}.json").write_text("\n")
+    (folder / "test_small.json").write_text("")
+    done = run_cli("--data", str(folder), "--dry-run", *MODEL_AGENT)
+    assert done.returncode == EXIT_USAGE, said(done)
+    assert f"{folder}/examples/os/{task_ids[0]}.json:1: the file is empty; an OSWorld task file is a JSON object" \
+        in said(done), said(done)
+    assert "has no file" in said(done) and "Expecting value" not in said(done), said(done)
+    small = run_cli("--data", str(folder), "--osworld-index", "test_small.json", "--dry-run", *MODEL_AGENT)
+    assert f"{folder}/test_small.json:1: the file is empty; an OSWorld index is a JSON object" in said(small), said(small)

@@ -107,12 +107,21 @@ def _no_task_set(folder: Path) -> str:
     return f"{folder}: {what} no {layout}; --data takes {DATA_KINDS}"
 
 
+def _json_text(path: Path, holds: str) -> str:
+    """The text of one of the set's JSON files; TaskFileError when it is no text or empty (a
+    copy cut short), which JSON's own error called 'Expecting value (column 1)'."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise TaskFileError(f"{path}:1: invalid JSON: {exc}") from None
+    if not text.strip():
+        raise TaskFileError(f"{path}:1: the file is empty; an OSWorld {holds} is a JSON object")
+    return text
+
+
 def read_osworld_index(index_path: Path) -> dict[str, list[str]]:
     """An OSWorld index (``test_all.json``): domain -> task ids; TaskFileError when it is not one."""
-    try:
-        text = index_path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise TaskFileError(f"{index_path}:1: invalid JSON: {exc}") from None
+    text = _json_text(index_path, "index")
     index = parse_json(text, index_path, 1)
     shape = '{"domain": ["task id", ...]}'
     if not isinstance(index, dict):
@@ -158,11 +167,9 @@ def folder_records(folder: Path, domain: str, index: str = DEFAULT_INDEX) -> Ite
     for name, task_id in selected:
         task_path = folder / "examples" / name / f"{task_id}.json"
         try:
-            raw = parse_json(task_path.read_text(encoding="utf-8-sig"), task_path, 1)
+            raw = parse_json(_json_text(task_path, "task file"), task_path, 1)
         except FileNotFoundError:
             raw = TaskFileError(f"{index_path}: task {task_id!r} of domain {name!r} has no file {task_path}")
-        except UnicodeDecodeError as exc:
-            raw = TaskFileError(f"{task_path}:1: invalid JSON: {exc}")
         except TaskFileError as exc:
             raw = exc
         file_id = raw.get("id", raw.get("task_id")) if isinstance(raw, dict) else None
