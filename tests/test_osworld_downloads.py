@@ -244,3 +244,26 @@ def test_the_cache_listing_takes_the_index_by_the_runs_flag_its_messages_name(tm
     assert "as --osworld-index" in said, said
     assert main(["missing", str(folder), "--osworld-index", "test_all.json"], prog="osworld-cache") == 0
     assert capsys.readouterr().out == f"os/t1\t{url}\n"
+
+
+@pytest.mark.parametrize("args, said", [
+    (("put", "budget.xlsx", "https://example.com/budget.xlsx"),
+     "put: 'budget.xlsx' is not an http(s) URL (the URL comes first: put URL FILE)"),
+    (("put", "budget", "budget.xlsx"), "put: 'budget' is not an http(s) URL;"),
+    (("where", "ftp://example.com/budget.xlsx"), "where: 'ftp://example.com/budget.xlsx' is not an http(s) URL;"),
+], ids=["put FILE URL", "put of a name", "where of an ftp URL"])
+def test_the_cache_takes_only_the_http_urls_a_run_downloads(tmp_path, args, said):
+    """`osworld-cache put budget.xlsx https://…` (the two swapped) cached the file under the key
+    'budget.xlsx', which no run reads, and printed its path as if done; a key that is no http(s)
+    URL is now refused, exit 2, and nothing is cached."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "budget.xlsx").write_bytes(b"PK")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), downloads.CACHE_ENV: str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-m", "parallel_rollout", "osworld-cache", *args], capture_output=True,
+                          text=True, timeout=60, env=env, cwd=tmp_path)
+    assert done.returncode == 2 and said in done.stderr and "osworld-cache missing DATA lists" in done.stderr, \
+        done.stderr
+    assert not (tmp_path / "cache").exists()

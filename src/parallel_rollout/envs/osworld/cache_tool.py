@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     where.add_argument("url", help="a URL a task downloads (osworld-cache missing lists them)")
     put = sub.add_parser("put", help="copy FILE into the cache as URL's file")
     put.add_argument("url", help="the URL the file is the download of")
-    put.add_argument("file", type=Path, help="the file, fetched on a machine with internet")
+    put.add_argument("file", help="the file, fetched on a machine with internet")
     missing = sub.add_parser("missing", help="list the files the run's tasks download that are not cached yet")
     missing.add_argument("data", help="the run's --data: an OSWorld folder, or a task file")
     # also by the run's own name, which the loader's messages say (a task file given an index)
@@ -57,10 +57,17 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     missing.add_argument("--domain", default="all", help="the run's --domain (default: %(default)s)")
     args = parser.parse_args(argv)
     name = f"{parser.prog} {args.command}"
+    if args.command in ("where", "put") and not downloads.is_remote(args.url):
+        # the cache holds the http(s) downloads a run makes; any other key is a file no run reads
+        swapped = " (the URL comes first: put URL FILE)" if args.command == "put" and downloads.is_remote(
+            args.file) else ""
+        print(f"{name}: {args.url!r} is not an http(s) URL{swapped}; {parser.prog} missing DATA lists the "
+              "URLs a run downloads", file=sys.stderr)
+        return 2
     if args.command == "where":
         print(downloads.cache_path(args.url))
     elif args.command == "put":
-        if not args.file.is_file():
+        if not Path(args.file).is_file():
             print(f"{name}: no such file {args.file}", file=sys.stderr)
             return 2
         target = downloads.cache_path(args.url)
