@@ -165,11 +165,14 @@ def test_a_vm_whose_screen_is_not_the_runs_stops_the_run_at_its_first_boot(stand
 
 @pytest.mark.parametrize("name, vm_file, snapshot, said", [
     ("vmware", "{vmx}", "init-state", "VM vm-0 ({vmx}) has no snapshot named 'init-state' (--snapshot-name); "
-     "its snapshots: 'init_state': give the one every task starts from (a resume may give another)"),
+     "its snapshots: 'init_state': take that snapshot of the VM, or start a new run with the one every task starts "
+     "from (a resume keeps the run's --snapshot-name)"),
     ("virtualbox", "ubuntu0", "Init_State", "VM vm-0 (ubuntu0) has no snapshot named 'Init_State' (--snapshot-name); "
-     "its snapshots: 'init_state': give the one every task starts from (a resume may give another)"),
-    ("virtualbox", "ubuntu9", "init_state", "VM vm-0 (ubuntu9): VBoxManage list vms has no VM named ['ubuntu9']: give "
-     "--path-to-vm a VM's name or uuid (VBoxManage list vms), or its file (a resume may give another)"),
+     "its snapshots: 'init_state': take that snapshot of the VM, or start a new run with the one every task starts "
+     "from (a resume keeps the run's --snapshot-name)"),
+    ("virtualbox", "/vms/ubuntu9.vbox", "init_state", "VM vm-0 (/vms/ubuntu9.vbox): VBoxManage list vms has no VM "
+     "named '/vms/ubuntu9.vbox' or 'ubuntu9': register the VM, or start a new run whose --path-to-vm gives a VM's "
+     "name or uuid (VBoxManage list vms), or its file (a resume keeps the run's --path-to-vm)"),
     ("vmware", "{vmx}9", "init_state", "--path-to-vm: no such VM file {vmx}9 (the .vmx of each VM)"),
 ], ids=["vmware-snapshot", "virtualbox-snapshot", "virtualbox-vm", "vmware-vm"])
 def test_a_misnamed_snapshot_or_vm_stops_the_run_at_its_first_boot(standins, tmp_path, name, vm_file, snapshot, said):
@@ -191,6 +194,32 @@ def test_a_misnamed_snapshot_or_vm_stops_the_run_at_its_first_boot(standins, tmp
         assert len([e for e in map(json.loads, events.read_text().splitlines()) if e.get("to") == "booting"]) == 1
 
 
+def test_a_run_stopped_for_a_missing_snapshot_resumes_once_the_vm_has_it(standins, tmp_path):
+    """What the stop says to do works: a resume keeps the run's --snapshot-name (another is
+    refused, naming the flag), and once the VM has that snapshot the resume runs the tasks.
+    The message said 'a resume may give another', which a resume refuses."""
+    vmx = standins[0][0]
+
+    def run(snapshot, *flags):
+        return CliRunner().invoke(main, [
+            "--mode", "shell", "--data", str(ROOT / "benchmarks" / "shell_tasks.jsonl"), "--limit", "2",
+            "--num-rollouts", "1", "--output-dir", str(tmp_path / "out"), "--run-id", "r", "--no-progress",
+            "--provider-name", "vmware", "--path-to-vm", vmx, "--snapshot-name", snapshot, *flags])
+
+    stopped = run("init-state")
+    said = " ".join(stopped.output.split())
+    assert stopped.exit_code == 2 and "a resume keeps the run's --snapshot-name" in said, said
+    other = run("init_state", "--resume")
+    assert other.exit_code == 2 and "--snapshot-name ('init-state' then, 'init_state' now)" in other.output, \
+        other.output
+    with open(vmx, "a") as vm_file:  # the user takes the snapshot the run names
+        vm_file.write('snapshot = "init-state"\n')
+    resumed = run("init-state", "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    finals = [json.loads(line) for line in (tmp_path / "out" / "r" / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["status"] for r in finals if r["final"]) == ["success", "success"], finals
+
+
 def test_the_dry_run_finds_a_misnamed_snapshot_or_vm(standins, tmp_path):
     """--dry-run asks each VM's snapshots (read-only: nothing starts or reverts) what its
     first boot would stop at, a --snapshot-name it lacks or a VirtualBox VM it does not know.
@@ -207,8 +236,9 @@ def test_the_dry_run_finds_a_misnamed_snapshot_or_vm(standins, tmp_path):
     assert vbox.exit_code == 2, vbox.output
     said = " ".join(vbox.output.split())
     assert ("machines: the virtualbox VMs: ubuntu0 has no snapshot named 'init-state' (--snapshot-name); its "
-            "snapshots: 'init_state': give the one every task starts from") in said, said
-    assert "; ubuntu9: VBoxManage list vms has no VM named ['ubuntu9']" in said, said
+            "snapshots: 'init_state': take that snapshot of the VM, or start a new run with the one every task "
+            "starts from") in said, said
+    assert "; ubuntu9: VBoxManage list vms has no VM named 'ubuntu9': register the VM" in said, said
     wrong = dry("vmware", vmx, "init-state")
     assert wrong.exit_code == 2 and f"machines: the vmware VMs: {vmx} has no snapshot named 'init-state'" in \
         " ".join(wrong.output.split()), wrong.output
@@ -308,3 +338,42 @@ def test_a_vmware_vm_that_powered_off_is_still_the_tasks(standins):
         assert "VMX has left the building" in (Path(vmx[0]).parent / "vmware.log").read_text()
     finally:
         provider.stop(info)
+
+
+def test_a_vm_whose_ip_serves_no_guest_agent_says_a_resume_keeps_its_vm_file(tmp_path, monkeypatch):
+    """A VM whose guest IP's port 5000 is another web server (404 for the whole boot timeout)
+    stops the run at its first boot naming --path-to-vm; a resume keeps the run's --path-to-vm,
+    so the message says to fix it in a new run. It said 'a resume may give another', which a
+    resume refuses ('the run was made with other settings for --path-to-vm')."""
+    from functools import partial
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    ip = "127.0.77.7"  # a vmrun that powers nothing on, whose 'guest' answers 404 to everything
+    quiet = type("Quiet", (SimpleHTTPRequestHandler,), {"log_message": lambda *args: None})
+    server = ThreadingHTTPServer((ip, 5000), partial(quiet, directory=str(tmp_path)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "vmrun").write_text(
+        '#!/bin/sh\n[ "$1" = -T ] && shift 2\ncase "$1" in\n'
+        f'  getGuestIPAddress) echo {ip} ;;\n'
+        '  listSnapshots) printf "Total snapshots: 1\\ninit_state\\n" ;;\n'
+        '  list) echo "Total running VMs: 0" ;;\nesac\nexit 0\n')
+    (bin_dir / "vmrun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    vmx = tmp_path / "ubuntu.vmx"
+    vmx.write_text('displayName = "Ubuntu"\n')
+    try:
+        result = CliRunner().invoke(main, [
+            "--mode", "shell", "--data", str(ROOT / "benchmarks" / "shell_tasks.jsonl"), "--limit", "1",
+            "--num-rollouts", "1", "--output-dir", str(tmp_path / "out"), "--run-id", "r", "--no-progress",
+            "--provider-name", "vmware", "--path-to-vm", str(vmx), "--snapshot-name", "init_state",
+            "--boot-timeout-s", "2"])
+    finally:
+        server.shutdown()
+        server.server_close()
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2, said
+    assert (f"VM vm-0 ({vmx}): port 5000 of its guest IP answered GET /platform with HTTP 404 for 2s "
+            "(--boot-timeout-s): no guest agent listens there") in said, said
+    assert "fix --path-to-vm (in a new run: a resume keeps the run's --path-to-vm)" in said, said

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+from ...config import RESULT_FIELDS
 from ...errors import GuestUnreachable, VMError, VMSettingsMismatch
 from . import verify_guest
 from .base import ProviderOptions, VMInfo
@@ -46,7 +47,15 @@ def no_agent_is_settings(where: str, boot_timeout_s: float, flag: str):
             raise
         raise VMSettingsMismatch(f"{where} answered GET {READY_ROUTE} with HTTP {exc.answered} for "
                                  f"{boot_timeout_s:g}s (--boot-timeout-s): no guest agent listens there (OSWorld's "
-                                 f"server and this project's answer it); fix {flag} (a resume may give another)") from None
+                                 f"server and this project's answer it); fix {flag} {resume_note(flag)}") from None
+
+
+def resume_note(flag: str) -> str:
+    """Whether a resume of the stopped run may give ``flag`` another value: not one that
+    changes results (``config.RESULT_FIELDS``), such as --path-to-vm."""
+    if flag.removeprefix("--").replace("-", "_") in RESULT_FIELDS:
+        return f"(in a new run: a resume keeps the run's {flag})"
+    return "(a resume may give another)"
 
 
 def check_booted(options: ProviderOptions, view: verify_guest.GuestView, slot: str, info: VMInfo,

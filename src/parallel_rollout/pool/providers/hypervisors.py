@@ -207,8 +207,8 @@ class _HypervisorProvider(Provider):
             return
         raise VMSettingsMismatch(
             f"{machine} has no snapshot named {self.options.snapshot_name!r} (--snapshot-name); "
-            f"its snapshots: {', '.join(repr(name) for name in snapshots) or 'none'}: give the one every task "
-            "starts from (a resume may give another)")
+            f"its snapshots: {', '.join(repr(name) for name in snapshots) or 'none'}: take that snapshot of "
+            "the VM, or start a new run with the one every task starts from (a resume keeps the run's --snapshot-name)")
 
     def _stop_quietly(self, vm_id: str, vm_file: str) -> None:
         """Stop a VM whose boot failed; a stop that fails is said, not raised over the boot's error."""
@@ -350,7 +350,7 @@ class VirtualBoxProvider(_HypervisorProvider):
             found = re.match(r'^"(.*)" \{([0-9a-fA-F-]+)\}$', line.strip())
             if found and (found.group(1) in wanted or found.group(2) in wanted):
                 return found.group(2)
-        raise VMError(f"VBoxManage list vms has no VM named {sorted(wanted)}")
+        raise VMError(f"VBoxManage list vms has no VM named {' or '.join(map(repr, sorted(wanted)))}")
 
     def _running(self, uuid: str, deadline: float) -> bool:
         return uuid in self._run(["list", "runningvms"], deadline, check=False)
@@ -409,8 +409,9 @@ class VirtualBoxProvider(_HypervisorProvider):
             uuid = self._uuid(vm_file, deadline)
         except VMError as exc:
             if "has no VM named" in str(exc):  # not registered: no boot finds it
-                raise VMSettingsMismatch(f"{exc}: give --path-to-vm a VM's name or uuid (VBoxManage list vms), "
-                                         "or its file (a resume may give another)") from None
+                raise VMSettingsMismatch(f"{exc}: register the VM, or start a new run whose --path-to-vm gives a VM's "
+                                         "name or uuid (VBoxManage list vms), or its file (a resume keeps the run's "
+                                         "--path-to-vm)") from None
             return None
         try:  # SnapshotName="…", SnapshotName-1="…" (a child) …
             text = self._run(["snapshot", uuid, "list", "--machinereadable"], deadline)
