@@ -90,6 +90,7 @@ def test_vm_memory_mb_as_rlimit_as_stops_the_run_at_its_first_episode_naming_the
     assert summary["vm"]["marked_dead"] == 0 and summary["vm"]["replacements"] == 0
 
 
+@pytest.mark.slow  # 30 s: the page's 20 s load wait and Chromium's start, for a message's words
 def test_a_page_that_never_loads_is_named_in_the_failure(tmp_path):
     """A miniwob package whose page is no MiniWoB page (no core.js): each attempt fails as the
     VM's, and its failure names the page, where it said only "the MiniWoB page did not load"."""
