@@ -43,11 +43,12 @@ from click.testing import CliRunner
 
 from parallel_rollout.cli import main
 from parallel_rollout.config import build_config
+from parallel_rollout.config_checks import normalize_address
 from parallel_rollout.errors import ConfigError, VMError, VMSettingsMismatch
 from parallel_rollout.guest.client import GuestClient, keyed_address
 from parallel_rollout.pool.providers import get_provider
 from parallel_rollout.pool.providers.base import ProviderOptions
-from parallel_rollout.pool.providers.remote import RemoteProvider, normalize_address
+from parallel_rollout.pool.providers.remote import RemoteProvider
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = ROOT / "src" / "parallel_rollout" / "guest" / "server.py"

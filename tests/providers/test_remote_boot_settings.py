@@ -152,3 +152,35 @@ def test_an_address_where_no_guest_agent_listens_stops_at_its_first_boot(tmp_pat
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
+@pytest.mark.parametrize("toml, flags, env, said", [
+    ('vm-address = ["127.0.0.1:5000", "127.0.0.1:50O1"]\n', ["--use-vm-pool", "--num-vms", "2"], {},
+     "--vm-address '127.0.0.1:50O1' must be HOST, HOST:PORT or http://HOST:PORT with a port from 1 to 65535 "
+     "(vm-address = [\"127.0.0.1:5000\", \"127.0.0.1:50O1\"] in CONFIG)"),
+    ('vm-address = "127.0.0.1:5000"\nreset-command = "ssh vmhost vmrun revertToSnapshot /vms/{hots}.vmx s"\n',
+     [], {}, "--reset-command: unknown placeholder {hots} (did you mean {host}?)"),
+    ("", ["--reset-command", "true"], {"PARALLEL_ROLLOUT_VM_ADDRESS": "user@127.0.0.1"},
+     "--vm-address 'user@127.0.0.1' must be HOST, HOST:PORT or http://HOST:PORT (vm-address = [\"user@127.0.0.1\"] "
+     "from the environment variable PARALLEL_ROLLOUT_VM_ADDRESS)"),
+], ids=["address-in-config", "placeholder-in-config", "address-in-environment"])
+def test_a_remote_setting_given_off_the_command_line_is_refused_naming_where(tmp_path, toml, flags, env, said,
+                                                                             dry_run):
+    """A machine list in a --config file (or the environment) with an entry that is no address,
+    a reset command there with a typo'd placeholder: refused before anything starts (exit 2,
+    no run folder), naming the file or variable it came from as the other settings' errors do;
+    the message named only the flag, which the command line never gave."""
+    (tmp_path / "machines.toml").write_text(toml)
+    result = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(_shell_tasks(tmp_path, 1)), "--agent", "oracle",
+        "--provider-name", "remote", "--config", str(tmp_path / "machines.toml"), "--num-rollouts", "1",
+        "--output-dir", str(tmp_path / "out"), "--run-id", "r", "--no-progress", *flags,
+        *(["--dry-run"] if dry_run else [])], env=env)
+    assert result.exit_code == 2, result.output
+    said = said.replace("CONFIG", str(tmp_path / "machines.toml"))
+    assert said in " ".join(result.output.split()), result.output
+    if "placeholder" in said:
+        assert f"(reset-command = \"ssh vmhost vmrun revertToSnapshot /vms/{{hots}}.vmx s\" in {tmp_path}/machines.toml)" \
+            in result.output, result.output
+    assert not (tmp_path / "out" / "r").exists()

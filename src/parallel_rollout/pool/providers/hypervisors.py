@@ -59,11 +59,12 @@ import subprocess
 import sys
 import time
 
+from ...config_checks import DEFAULT_PORT
 from ...errors import ConfigError, ProviderUnavailable, VMError, VMSettingsMismatch
 from . import verify_guest
 from .base import Provider, ProviderOptions, VMInfo
 from .boot_checks import check_booted, first_boot, no_agent_is_settings
-from .remote import DEFAULT_PORT, HEALTH_TIMEOUT_S, answers, kill_group, wait_agent_ready
+from .remote import HEALTH_TIMEOUT_S, answers, kill_group, wait_agent_ready
 from .slots import Slots
 
 log = logging.getLogger(__name__)

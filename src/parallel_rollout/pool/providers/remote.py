@@ -74,10 +74,8 @@ honoured (the snapshot is whatever the reset command restores): ConfigError.
 
 from __future__ import annotations
 
-import difflib
 import logging
 import os
-import re
 import shlex
 import subprocess
 import tempfile
@@ -85,6 +83,7 @@ import threading
 import time
 
 from ... import process_group
+from ...config_checks import RESET_PLACEHOLDERS, check_placeholders, normalize_address
 from ...errors import ConfigError, GuestKeyRefused, GuestUnreachable, VMError, VMSettingsMismatch
 from ...guest.client import keyed_address, shown_address
 from . import verify_guest
@@ -94,8 +93,6 @@ from .slots import Slots
 
 log = logging.getLogger(__name__)
 
-#: OSWorld's guest server listens on Flask's default port
-DEFAULT_PORT = 5000
 #: the --reset-command value that accepts no reset at all
 NO_RESET = "none"
 #: how long one health probe may take
@@ -110,9 +107,9 @@ OUTPUT_TAIL = 2000
 #: and ssh's of the remote command): the run's settings, not a flaky machine
 UNRUNNABLE = {126: "a program it runs cannot be executed", 127: "a program it runs was not found"}
 #: placeholder -> the environment variable that holds the same value for the reset command
-ENV_NAMES = {"address": "PARALLEL_ROLLOUT_VM_ADDRESS", "host": "PARALLEL_ROLLOUT_VM_HOST",
-             "port": "PARALLEL_ROLLOUT_VM_PORT", "vm_id": "PARALLEL_ROLLOUT_VM_ID",
-             "run_id": "PARALLEL_ROLLOUT_RUN_ID"}
+ENV_NAMES = dict(zip(RESET_PLACEHOLDERS, ("PARALLEL_ROLLOUT_VM_ADDRESS", "PARALLEL_ROLLOUT_VM_HOST",
+                                         "PARALLEL_ROLLOUT_VM_PORT", "PARALLEL_ROLLOUT_VM_ID",
+                                         "PARALLEL_ROLLOUT_RUN_ID"), strict=True))
 
 
 class RemoteProvider(Provider):
@@ -314,22 +311,6 @@ class RemoteProvider(Provider):
 # --------------------------------------------------------------------------- helpers
 
 
-def check_placeholders(command: str) -> None:
-    """ConfigError naming each ``{name}`` of ``command`` that reads as a typo of a placeholder
-    (another case, or close to one): only the known names are replaced."""
-    known = list(ENV_NAMES)
-    typos = []
-    for name in dict.fromkeys(re.findall(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}", command)):
-        if name in known:
-            continue
-        close = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.7)
-        if close:
-            typos.append(f"{{{name}}} (did you mean {{{close[0]}}}?)")
-    if typos:
-        raise ConfigError(f"--reset-command: unknown placeholder {', '.join(typos)}; the placeholders are "
-                          + ", ".join(f"{{{name}}}" for name in known) + " (other braces are left as they are)")
-
-
 def key_refused(address: str, key_file: str | None) -> str:
     """What to say of the agent at ``address`` that answered 401 to the run's key, that of
     ``key_file`` (``--vm-key-file``; None: the run gave none)."""
@@ -355,34 +336,6 @@ def read_key(path: str | None) -> str | None:
         raise ConfigError(f"--vm-key-file {path}: the file must hold one key, one word (what the guest "
                           "agents' --key-file holds: e.g. the output of `openssl rand -hex 16`)")
     return words[0]
-
-
-def normalize_address(raw: str) -> str:
-    """``http://host:port`` from ``host``, ``host:port`` or ``http://host[:port]``;
-    ConfigError for anything else."""
-    text = raw.strip().rstrip("/")
-    if text.startswith("https://"):
-        raise ConfigError(f"--vm-address {raw!r}: the guest agent speaks plain http")
-    if text.startswith("http://"):
-        text = text[len("http://"):]
-    if not text or "/" in text or "@" in text:
-        raise ConfigError(f"--vm-address {raw!r} must be HOST, HOST:PORT or http://HOST:PORT")
-    if text.startswith("["):  # [v6]:port
-        host, _, rest = text[1:].partition("]")
-        port = rest[1:] if rest.startswith(":") else (None if not rest else "bad")
-        host = f"[{host}]"
-    elif text.count(":") == 1:
-        host, port = text.split(":")
-    elif ":" in text:  # a bare IPv6 address
-        host, port = f"[{text}]", None
-    else:
-        host, port = text, None
-    if port is None:
-        port = str(DEFAULT_PORT)
-    if not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"--vm-address {raw!r} must be HOST, HOST:PORT or http://HOST:PORT "
-                          "with a port from 1 to 65535")
-    return f"http://{host}:{int(port)}"
 
 
 def split_address(address: str) -> tuple[str, int]:
