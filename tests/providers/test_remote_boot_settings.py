@@ -184,3 +184,27 @@ def test_a_remote_setting_given_off_the_command_line_is_refused_naming_where(tmp
         assert f"(reset-command = \"ssh vmhost vmrun revertToSnapshot /vms/{{hots}}.vmx s\" in {tmp_path}/machines.toml)" \
             in result.output, result.output
     assert not (tmp_path / "out" / "r").exists()
+
+
+@pytest.mark.parametrize("reset, said", [
+    ("none", "no guest agent answered at that --vm-address within --boot-timeout-s 2s, and --reset-command none "
+             "starts none: start its agent"),
+    ("true", "no guest agent answered at that --vm-address within --boot-timeout-s 2s after its --reset-command "
+             "ran"),
+])
+def test_a_machine_that_does_not_answer_is_named_with_the_flags_to_check(tmp_path, reset, said):
+    """A --vm-address where nothing listens: each boot waits --boot-timeout-s (a reset may be
+    bringing it up), the budget is spent and the run stops (exit 1), its attempts left to a
+    resume; the message says which flags to look at. It said only 'guest agent at … not ready
+    after 2s (GET /platform; last error: ConnectionRefusedError…)'."""
+    port = _free_port()
+    result = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(_shell_tasks(tmp_path, 1)), "--agent", "oracle", "--provider-name", "remote",
+        "--vm-address", f"127.0.0.1:{port}", "--reset-command", reset, "--boot-timeout-s", "2",
+        "--num-rollouts", "1", "--output-dir", str(tmp_path / "out"), "--run-id", "r",
+        "--no-progress"])
+    assert result.exit_code == 1, result.output
+    assert f"vm-2: boot failed: GuestUnreachable: VM vm-2: guest agent at http://127.0.0.1:{port} not ready after 2s" \
+        in result.output, result.output
+    assert said in " ".join(result.output.split()), result.output
+    assert "resume with:" in result.output

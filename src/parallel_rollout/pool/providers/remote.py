@@ -206,6 +206,11 @@ class RemoteProvider(Provider):
                         self._reset_and_wait(info, deadline)
                 except GuestKeyRefused:  # the run's key against the agent's: no other boot mends that
                     raise VMSettingsMismatch(f"VM {vm_id}: {key_refused(address, self.options.vm_key_file)}") from None
+                except GuestUnreachable as exc:  # a later boot may find it up: still a failed boot, its flags said
+                    started = (" after its --reset-command ran" if self.reset_command is not None
+                               else ", and --reset-command none starts none: start its agent")
+                    raise GuestUnreachable(f"VM {vm_id}: {exc}: no guest agent answered at that --vm-address within "
+                                           f"--boot-timeout-s {self.options.boot_timeout_s:g}s{started}") from None
                 check_booted(self.options, self._view, address, info, f"VM {vm_id} ({address})")
         except BaseException:
             self.slots.release(address, info.vm_id)
