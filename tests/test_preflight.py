@@ -108,16 +108,19 @@ def test_no_docker_daemon_is_named(tmp_path):
     assert "provider: no Docker daemon answers at" in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize("command", [("vms", "sweep", "--provider-name", "docker"),
+                                     ("image", "build", "--provider", "docker")], ids=["sweep", "image-build"])
 @pytest.mark.parametrize("case", ["no daemon", "no CLI"])
-def test_a_docker_sweep_without_docker_says_why(tmp_path, case):
-    """`vms sweep --provider-name docker` (a cron job's clean-up) with no daemon answering or
-    no docker CLI says so as a run does, exit 2: it ended in a Python traceback, exit 1."""
+def test_a_docker_sweep_without_docker_says_why(tmp_path, case, command):
+    """`vms sweep --provider-name docker` (a cron job's clean-up) or `image build --provider
+    docker` with no daemon answering or no docker CLI says so as a run does, exit 2: the sweep
+    ended in a Python traceback, exit 1; the build said 'Error: image build failed: …', exit 1."""
     if case == "no daemon" and shutil.which("docker") is None:
         pytest.skip("needs the docker CLI")
     env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path / 'no-daemon.sock'}"}
     if case == "no CLI":
         env["PATH"] = empty_path(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "vms", "sweep", "--provider-name", "docker"],
+    done = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", *command],
                           capture_output=True, text=True, env=env, timeout=60)
     says = "no Docker daemon answers at" if case == "no daemon" else "the docker CLI is not installed"
     assert (done.returncode, done.stdout) == (EXIT_USAGE, ""), done.stderr

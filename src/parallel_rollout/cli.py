@@ -432,7 +432,10 @@ def image_build(ctx: click.Context, provider_name: str, force: bool, desktop: bo
     try:
         where = provider.build_image(
             force=force, desktop=desktop, log=lambda line: say(line, err=True))
-    except (ProviderUnavailable, VMError) as exc:
+    except ProviderUnavailable as exc:  # no daemon, debootstrap, root…: said as a run says it (2)
+        say(f"Error: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    except VMError as exc:
         raise click.ClickException(f"image build failed: {exc}") from None
     say(where)
 
