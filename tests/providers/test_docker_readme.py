@@ -1,13 +1,16 @@
 """The README's docker commands, run as printed (only --output-dir added), with the installed
 ``parallel-rollout`` on PATH: the image build (a no-op once the session's image exists), a run
 of the shell benchmark through ``./dev`` on a pool of 2 containers, the sweep of what
-killed runs left, and OSWorld's gsettings tasks on the desktop image."""
+killed runs left, and OSWorld's gsettings tasks on the desktop image; and what `image build --help`
+says of the desktop image against what the section says."""
 
 from __future__ import annotations
 
 import json
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -96,3 +99,13 @@ def test_osworld_gsettings_tasks_pass_with_the_oracle_on_the_docker_desktop(dock
               if r["status"] != "success"}
     assert not failed
     assert not docker_harness.leftovers("gsettings")
+
+
+def test_image_build_help_gives_the_desktop_images_size_the_readme_gives():
+    """`image build --help` said the desktop image was 1.9 GB; the section (and docker image
+    ls) say 2.03 GB."""
+    size = re.search(r"\(([0-9.]+ GB) as a docker image", " ".join(readme_section(SECTION).split())).group(1)
+    shown = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "image", "build", "--help"],
+                           capture_output=True, text=True, env=INSTALLED, timeout=60, stdin=subprocess.DEVNULL)
+    assert shown.returncode == 0, shown.stderr
+    assert f"({size} as a docker image" in " ".join(shown.stdout.split()), shown.stdout
