@@ -19,7 +19,11 @@ from parallel_rollout.cli import main
     ("bm25s", "rag", "rag"),
 ])
 def test_a_mode_without_its_extra_is_refused_once_naming_the_extra(tmp_path, monkeypatch, package, data, extra):
+    from parallel_rollout.envs.rag import corpus
+
     monkeypatch.setitem(sys.modules, package, None)
+    # an index an earlier test of this process loaded would be taken without bm25s
+    monkeypatch.setattr(corpus, "_OPEN", {})
     for dry_run in ((), ("--dry-run",)):
         result = CliRunner().invoke(main, ["--data", data, "--output-dir", str(tmp_path / "out"),
                                            "--no-progress", *dry_run])

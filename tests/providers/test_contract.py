@@ -319,7 +319,7 @@ def test_docker_snapshot_name_is_an_image(docker, tmp_path):
     finally:
         provider.stop(info)
     try:
-        with pytest.raises(ConfigError, match="not an image|does not exist"):
+        with pytest.raises(ConfigError, match="--snapshot-name .no-such-image-pr:0.: no such docker image"):
             docker.provider(snapshot_name="no-such-image-pr:0")
         snap_provider = docker.provider(snapshot_name=snapshot)
         info = snap_provider.start("vm0")
