@@ -1,0 +1,70 @@
+"""A remote machine list's settings refused naming where they came from, and a machine that
+never answers named with the flags to check, through the CLI. Apart from
+test_remote_boot_settings.py, whose real agents on this host make it one of the tests that
+need the machine to themselves (conftest's EXCLUSIVE): these start no guest agent, and no
+shell check runs."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from parallel_rollout.cli import main
+from providers.test_remote import _free_port
+from providers.test_remote_boot_settings import _shell_tasks
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
+@pytest.mark.parametrize("toml, flags, env, said", [
+    ('vm-address = ["127.0.0.1:5000", "127.0.0.1:50O1"]\n', ["--use-vm-pool", "--num-vms", "2"], {},
+     "--vm-address '127.0.0.1:50O1' must be HOST, HOST:PORT or http://HOST:PORT with a port from 1 to 65535 "
+     "(vm-address = [\"127.0.0.1:5000\", \"127.0.0.1:50O1\"] in CONFIG)"),
+    ('vm-address = "127.0.0.1:5000"\nreset-command = "ssh vmhost vmrun revertToSnapshot /vms/{hots}.vmx s"\n',
+     [], {}, "--reset-command: unknown placeholder {hots} (did you mean {host}?)"),
+    ("", ["--reset-command", "true"], {"PARALLEL_ROLLOUT_VM_ADDRESS": "user@127.0.0.1"},
+     "--vm-address 'user@127.0.0.1' must be HOST, HOST:PORT or http://HOST:PORT (vm-address = [\"user@127.0.0.1\"] "
+     "from the environment variable PARALLEL_ROLLOUT_VM_ADDRESS)"),
+], ids=["address-in-config", "placeholder-in-config", "address-in-environment"])
+def test_a_remote_setting_given_off_the_command_line_is_refused_naming_where(tmp_path, toml, flags, env, said,
+                                                                             dry_run):
+    """A machine list in a --config file (or the environment) with an entry that is no address,
+    a reset command there with a typo'd placeholder: refused before anything starts (exit 2,
+    no run folder), naming the file or variable it came from as the other settings' errors do;
+    the message named only the flag, which the command line never gave."""
+    (tmp_path / "machines.toml").write_text(toml)
+    result = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(_shell_tasks(tmp_path, 1)), "--agent", "oracle",
+        "--provider-name", "remote", "--config", str(tmp_path / "machines.toml"), "--num-rollouts", "1",
+        "--output-dir", str(tmp_path / "out"), "--run-id", "r", "--no-progress", *flags,
+        *(["--dry-run"] if dry_run else [])], env=env)
+    assert result.exit_code == 2, result.output
+    said = said.replace("CONFIG", str(tmp_path / "machines.toml"))
+    assert said in " ".join(result.output.split()), result.output
+    if "placeholder" in said:
+        assert f"(reset-command = \"ssh vmhost vmrun revertToSnapshot /vms/{{hots}}.vmx s\" in {tmp_path}/machines.toml)" \
+            in result.output, result.output
+    assert not (tmp_path / "out" / "r").exists()
+
+
+@pytest.mark.parametrize("reset, said", [
+    ("none", "no guest agent answered at that --vm-address within --boot-timeout-s 2s, and --reset-command none "
+             "starts none: start its agent"),
+    ("true", "no guest agent answered at that --vm-address within --boot-timeout-s 2s after its --reset-command "
+             "ran"),
+])
+def test_a_machine_that_does_not_answer_is_named_with_the_flags_to_check(tmp_path, reset, said):
+    """A --vm-address where nothing listens: each boot waits --boot-timeout-s (a reset may be
+    bringing it up), the budget is spent and the run stops (exit 1), its attempts left to a
+    resume; the message says which flags to look at. It said only 'guest agent at … not ready
+    after 2s (GET /platform; last error: ConnectionRefusedError…)'."""
+    port = _free_port()
+    result = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(_shell_tasks(tmp_path, 1)), "--agent", "oracle", "--provider-name", "remote",
+        "--vm-address", f"127.0.0.1:{port}", "--reset-command", reset, "--boot-timeout-s", "2",
+        "--num-rollouts", "1", "--output-dir", str(tmp_path / "out"), "--run-id", "r",
+        "--no-progress"])
+    assert result.exit_code == 1, result.output
+    assert f"vm-2: boot failed: GuestUnreachable: VM vm-2: guest agent at http://127.0.0.1:{port} not ready after 2s" \
+        in result.output, result.output
+    assert said in " ".join(result.output.split()), result.output
+    assert "resume with:" in result.output
