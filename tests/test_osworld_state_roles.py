@@ -12,6 +12,8 @@ import json
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from test_osworld_taskset import EXAMPLES, needs_set
 
 from parallel_rollout.envs.osworld.evaluators import normalized
@@ -118,6 +120,7 @@ def _real_rules() -> dict[str, object]:
     return found
 
 
+@pytest.mark.slow  # 25 s of the default run: every metric, each role, each kind given the wrong state
 @needs_set
 def test_what_the_kinds_say_cannot_work_does_not_at_grading(tmp_path, monkeypatch):
     """Given a rule's object (or a list of paths, where it opens one) or a value (a command's

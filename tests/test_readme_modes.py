@@ -27,6 +27,7 @@ def test_the_sokoban_command_solves_every_shipped_room(tmp_path):
         assert sum(tag in r["tags"] for r in finals) == 100, tag
 
 
+@pytest.mark.slow  # 11 s: a guard (it held); the parquet loader's own tests run by default
 def test_the_verl_parquet_command_runs_a_gsm8k_file_as_math_tasks(tmp_path):
     pa, parquet = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
     [line] = readme_lines("Modes", "", "./dev run --mode math --data ~/data/gsm8k/test.parquet")
