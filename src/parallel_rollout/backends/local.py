@@ -166,7 +166,7 @@ class LocalBackend(WorkerTable):
             try:
                 self._manager, self.pool = start_pool(
                     self._ctx, cfg.provider_name, spec.run_id, cfg.pool_size, log_to=pool_logs,
-                    options=spec.provider_options, adopt_orphans=True,
+                    options=spec.provider_options,
                     events_path=str(spec.run_dir / "events.jsonl"),
                     replacement_budget=cfg.replacement_budget,
                     per_worker=not cfg.use_vm_pool,

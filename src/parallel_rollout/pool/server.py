@@ -76,14 +76,14 @@ def _serve_init(parent_pid: int, log_to: ChildLogging | None) -> None:
 
 
 def start_pool(ctx, provider_name: str, *args: Any, log_to: ChildLogging | None = None,
-               adopt_orphans: bool = False, **kwargs: Any) -> tuple[PoolServer, Any]:
+               **kwargs: Any) -> tuple[PoolServer, Any]:
     """Start the Manager process and the pool inside it; return (manager, pool proxy).
-    ``log_to``: where the Manager forwards its log records (``logs``). ``adopt_orphans``: the
-    caller sweeps the Manager's VMs after its end, then calls its ``swept``; until then, where
-    the provider's sandboxes outlive a SIGKILLed Manager as zombies and this is the command's
-    process (``orphans.adopts_for_the_pool``), it is their child subreaper (the sweep reaps them)."""
+    ``log_to``: where the Manager forwards its log records (``logs``). In the command's process
+    (``orphans.adopts_for_the_pool``: its run, which sweeps the Manager's VMs after its end and
+    then calls its ``swept``), where the provider's sandboxes outlive a SIGKILLed Manager as
+    zombies, this process is their child subreaper until then (the sweep reaps them)."""
     server = PoolServer(ctx=ctx)
-    if adopt_orphans and orphans.adopts_for_the_pool() and get_provider(provider_name).adopted_by_runner:
+    if orphans.adopts_for_the_pool() and get_provider(provider_name).adopted_by_runner:
         server.adopting = True
         orphans.hold()
     try:
