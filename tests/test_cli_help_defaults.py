@@ -44,7 +44,7 @@ def test_the_vm_memory_default_the_help_gives_is_the_one_a_pool_is_given():
 
 def test_the_spare_and_port_defaults_the_help_gives_are_the_providers():
     from parallel_rollout.pool.providers import get_provider, provider_names
-    from parallel_rollout.config_checks import DEFAULT_PORT
+    from parallel_rollout.vm_address import DEFAULT_PORT
 
     said = run_help()
     found = re.search(r"Default: (\d+) for (\w+), (\d+) elsewhere", said.split("--spare-vms", 1)[1])

@@ -43,7 +43,7 @@ from click.testing import CliRunner
 
 from parallel_rollout.cli import main
 from parallel_rollout.config import build_config
-from parallel_rollout.config_checks import normalize_address
+from parallel_rollout.vm_address import normalize_address
 from parallel_rollout.errors import ConfigError, VMError, VMSettingsMismatch
 from parallel_rollout.guest.client import GuestClient, keyed_address
 from parallel_rollout.pool.providers import get_provider

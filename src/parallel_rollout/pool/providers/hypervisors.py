@@ -59,7 +59,7 @@ import subprocess
 import sys
 import time
 
-from ...config_checks import DEFAULT_PORT
+from ...vm_address import DEFAULT_PORT
 from ...errors import ConfigError, ProviderUnavailable, VMError, VMSettingsMismatch
 from . import verify_guest
 from .base import Provider, ProviderOptions, VMInfo

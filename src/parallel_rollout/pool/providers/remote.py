@@ -83,7 +83,7 @@ import threading
 import time
 
 from ... import process_group
-from ...config_checks import RESET_PLACEHOLDERS, check_placeholders, normalize_address
+from ...vm_address import RESET_PLACEHOLDERS, check_placeholders, normalize_address
 from ...errors import ConfigError, GuestKeyRefused, GuestUnreachable, VMError, VMSettingsMismatch
 from ...guest.client import keyed_address, shown_address
 from . import verify_guest
