@@ -244,3 +244,21 @@ def test_a_model_the_server_does_not_know_is_said_in_the_run_configs_fields(tmp_
     message = _first_batch_error(tmp_path, schedulers, {"status": 404, "message": "The model `table` does not exist."},
                                  ConfigError, check_endpoint=False)
     assert "give model a name its " in message and "--" not in message, message
+
+
+def test_a_misspelt_field_set_as_an_attribute_is_refused_as_the_scheduler_is_made(tmp_path, server, schedulers):
+    """``run_config.max_retry = 0`` (``max_retries`` misspelt) and ``manager.num_env_group = 1``:
+    the dataclasses took the attributes and nothing read them, so the scheduler ran with the
+    defaults the trainer meant to change. Each is a ConfigError naming it and the field meant,
+    before anything starts."""
+    run_config = rl_config(tmp_path, server, num_rollouts=1)
+    run_config.max_retry = 0
+    with pytest.raises(ConfigError, match=r"^RunConfig: 'max_retry' is no field of RunConfig \(did you mean "
+                                          r"max_retries\?\); set as an attribute, nothing reads it$"):
+        schedulers(run_config, _tags(tmp_path))
+    manager = _tags(tmp_path)
+    manager.num_env_group = 1
+    with pytest.raises(ConfigError, match=r"^EnvManagerConfig: 'num_env_group' is no field of EnvManagerConfig "
+                                          r"\(did you mean num_env_groups\?\)"):
+        schedulers(rl_config(tmp_path, server, num_rollouts=1), manager)
+    assert not (tmp_path / "out").exists() and server.requests == []

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..config import RunConfig, check_fields
-from ..config_checks import check_vm_sharing, validate_ranges
+from ..config_checks import check_no_stray_fields, check_vm_sharing, validate_ranges
 from ..errors import ConfigError, TaskFileError
 
 
@@ -87,6 +87,7 @@ class EnvManagerConfig:
     def check(self) -> None:
         """ConfigError naming the field when a value cannot work; the counts become ints
         (numpy's integers are taken, as step and seed are: stats() and state_dict() stay JSON)."""
+        check_no_stray_fields(self, "EnvManagerConfig")
         for name in ("num_env_groups", "max_env_num_per_worker", "group_size"):
             value = getattr(self, name)
             if value is None and name != "group_size":
@@ -267,6 +268,7 @@ def check_run_config(run_config: Any) -> RunConfig:
 
     if not isinstance(run_config, RunConfig):
         raise ConfigError(f"run_config must be a parallel_rollout.config.RunConfig, got {type(run_config).__name__}")
+    check_no_stray_fields(run_config, "RunConfig")
     run_config = check_fields(run_config, "RunConfig")
     try:
         validate_ranges(run_config)
