@@ -46,7 +46,7 @@ LAYERS: list[list[str]] = [
     ["pool/", "envs/", "agents/"],
     ["guest/"],
     ["report/"],
-    ["config.py", "config_checks.py", "vm_address.py", "pool_sizing.py", "messages.py", "records.py", "tasks.py", "tasks_osworld.py",
+    ["config.py", "config_checks.py", "setting_types.py", "vm_address.py", "pool_sizing.py", "messages.py", "records.py", "tasks.py", "tasks_osworld.py",
      "task_json.py", "tasks_parquet.py", "results.py", "run_lock.py", "plugins.py", "policy_gate.py", "gate_client.py", "provenance.py",
      "trajectories.py", "logs.py", "run_log.py", "output_checks.py", "process_group.py", "main_guard.py"],
     ["errors.py", "exit_codes.py", "__init__.py", "worker_cgroup.py"],
@@ -54,7 +54,8 @@ LAYERS: list[list[str]] = [
 
 #: modules that may import only the project modules listed (the config is the floor every
 #: layer reads: it must not reach up into anything)
-LEAVES: dict[str, tuple[str, ...]] = {"config.py": ("errors.py", "config_checks.py"),
+LEAVES: dict[str, tuple[str, ...]] = {"config.py": ("errors.py", "config_checks.py", "setting_types.py"),
+                                      "setting_types.py": ("errors.py", "config_checks.py"),
                                       "config_checks.py": ("errors.py", "vm_address.py"),
                                       "vm_address.py": ("errors.py",)}
 
@@ -73,8 +74,10 @@ RULES = (
     "No `from x import _name` across modules, no `module._name` and no `obj._attr` on "
     "another module's object: a name another module needs is public, and an object's "
     "state changes only in its own class's methods.",
-    "`config.py` imports nothing of the project but `errors` and `config_checks` (the "
-    "checks of its values), which imports only `errors` and `vm_address`, which imports only `errors`.",
+    "`config.py` imports nothing of the project but `errors`, `config_checks` (the "
+    "checks of its values) and `setting_types` (a value against its field's type, which imports only "
+    "`errors` and `config_checks`); `config_checks` imports only `errors` and `vm_address`, which "
+    "imports only `errors`.",
 )
 
 

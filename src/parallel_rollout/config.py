@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import numbers
 import os
 import re
 import threading
@@ -19,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config_checks import (RESUME_READS, flag_name, gate_setting, parse_sampling,
-                            set_off_the_command_line, set_where, unknown_key, validate_ranges)
+from .config_checks import (RESUME_READS, flag_name, parse_sampling, set_off_the_command_line, set_where,
+                            unknown_key, validate_ranges)
 from .errors import ConfigError
+from .setting_types import checked_value, one_or_list, split_addresses
 
 try:
     import tomllib
@@ -171,7 +171,7 @@ class RunConfig:
         self.vm_address = split_addresses(self.vm_address)
         # KEY=VALUE strings from the flag, or the table of a TOML file / config.json
         self.sampling = parse_sampling(self.sampling)
-        self.base_url = _one_or_list(self.base_url)
+        self.base_url = one_or_list(self.base_url)
         self.ray_address = self.ray_address or None  # --ray-address "": no cluster (a resume's cleared)
         if not isinstance(self.extra_body, dict):
             raise ConfigError(f"extra_body must be a table of request fields, got {self.extra_body!r}")
@@ -262,83 +262,6 @@ RUN_ONLY_FIELDS = (
 _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig) if f.name not in ("explicit", "sources")}
 
 
-def _one_or_list(value: Any) -> str | list[str] | None:
-    """``base_url`` as a string (one server: as it always was) or a list of several. An empty
-    entry among others is a ConfigError (``--base-url "$SERVER2"`` with the variable unset, a
-    fleet file's blank line): dropped, the fleet ran a server short without a word."""
-    if value is None or isinstance(value, str):
-        return value or None
-    if len(value) > 1 and not all(str(item).strip() for item in value):
-        raise ConfigError(f"--base-url {list(value)!r} holds an empty entry: list each server's URL "
-                          "(is a variable that names one unset?)")
-    urls = [str(item) for item in value if str(item).strip()]
-    if not urls:
-        return None
-    return urls[0] if len(urls) == 1 else urls
-
-
-def split_addresses(value: Any) -> tuple[str, ...]:
-    """``--vm-address`` values as one tuple: each item may be a comma list."""
-    items = [value] if isinstance(value, str) else list(value or ())
-    return tuple(part.strip() for item in items for part in str(item).split(",") if part.strip())
-
-
-def _coerce(name: str, value: Any, where: str, key: str | None = None) -> Any:
-    """Check a config-file value against the field's type; errors name ``key``, the setting
-    as the file spells it (num-vms), else the field."""
-    kind = _FIELDS[name].type
-    key = key or name
-    value = gate_setting(name, value, f"{where}: {key} ")  # "none": the gate off; "80%": 0.8
-    if value is None:
-        return value
-    if kind.startswith("dict"):
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where}: {key} must be a table (e.g. [{key}] with key = value lines), "
-                              f"got {value!r}")
-        return value
-    if kind.startswith("str | list"):
-        if isinstance(value, str) or (isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value)):
-            return value
-        raise ConfigError(f"{where}: {key} must be a string or a list of strings, got {value!r}"
-                          + (" (an empty list names no server)" if value == [] else ""))
-    if kind.startswith("tuple"):
-        if isinstance(value, str):
-            return split_addresses(value)
-        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{where}: {key} must be a list of strings, got {value!r}")
-        return split_addresses(value)
-    if "bool" in kind:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: {key} must be true or false, got {value!r}")
-    elif "int" in kind and "float" not in kind:
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise ConfigError(f"{where}: {key} must be an integer, got {value!r}")
-        value = int(value)  # numpy's int64 (a loop over np.arange) is an integer as well
-    elif "float" in kind:
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise ConfigError(f"{where}: {key} must be a number, got {value!r}")
-        value = float(value)
-    elif "str" in kind:
-        if isinstance(value, os.PathLike):  # run(data=Path(...)): a path is its string
-            value = os.fspath(value)
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: {key} must be a string, got {value!r}")
-    return value
-
-
-def check_fields(cfg: RunConfig, where: str = "RunConfig") -> RunConfig:
-    """The types ``settings`` checks, on a RunConfig made in Python (an RL scheduler's, which
-    no build_config checked): ConfigError naming ``where`` and the field. Returns ``cfg`` with
-    numpy's numbers (``np.int64(2)``) as the ints and floats they are, as ``settings`` takes them."""
-    python_numbers = {}
-    for name in _FIELDS:
-        value = getattr(cfg, name)
-        checked = _coerce(name, list(value) if isinstance(value, tuple) else value, where)
-        if isinstance(value, numbers.Number) and type(value) not in (bool, int, float):  # np.float64 too
-            python_numbers[name] = checked
-    return dataclasses.replace(cfg, **python_numbers) if python_numbers else cfg
-
-
 def load_toml(path: str | Path) -> dict[str, Any]:
     """Read a TOML config file whose keys are the flag names (dashes or underscores)."""
     path = Path(path).expanduser()
@@ -364,7 +287,7 @@ def settings(raw: dict[str, Any], where: str) -> dict[str, Any]:
         if name in values:
             # num-vms and num_vms are one setting; silently keeping the last would hide a typo.
             raise ConfigError(f"{where}: {key!r} is given twice (as dashes and as underscores)")
-        values[name] = _coerce(name, value, where, key)
+        values[name] = checked_value(_FIELDS[name].type, name, value, where, key)
     return values
 
 

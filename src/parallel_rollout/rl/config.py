@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..config import RunConfig, check_fields
+from ..config import RunConfig
 from ..config_checks import check_no_stray_fields, check_vm_sharing, validate_ranges
 from ..errors import ConfigError, TaskFileError
+from ..setting_types import check_fields
 
 
 @dataclass(frozen=True)
