@@ -12,6 +12,7 @@ import difflib
 import importlib.util
 import json
 import math
+import os
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -19,6 +20,8 @@ from .errors import ConfigError
 from .vm_address import check_placeholders, normalize_address
 
 
+#: how a setting read from an environment variable is said to come from (``RunConfig.sources``)
+FROM_VARIABLE = "from the environment variable "
 #: a setting's source (``RunConfig.sources``) when the command line gave it in another
 #: spelling, OSWorld's (cli_aliases): "typed --observation_type", what its errors name
 TYPED = "typed "
@@ -106,6 +109,10 @@ def set_where(name: str, value: Any, source: str) -> str:
     or ``num_vms=0 in run()`` for a Python call's keyword (``in preflight()`` too); its value as typed."""
     if source.endswith("()"):
         return f"{name}={typed_text(value, python=True)} {source}"
+    if source.startswith(FROM_VARIABLE) and isinstance(value, (list, tuple)):
+        # a list read from a variable is its text split (at spaces by click, at commas by
+        # --vm-address): the text typed, not a list no one wrote
+        value = os.environ.get(source[len(FROM_VARIABLE):], value)
     return f"{name.replace('_', '-')} = {typed_text(value)} {source}"
 
 
@@ -421,19 +428,6 @@ def closest_setting(name: str, names: Any) -> str | None:
         return GATE_SYNONYMS[name]
     close = difflib.get_close_matches(name, list(names), n=1, cutoff=0.75)
     return close[0] if close else None
-
-
-def check_no_stray_fields(cfg: Any, where: str) -> None:
-    """ConfigError for an attribute set on the dataclass ``cfg`` that is none of its fields
-    (``cfg.max_retry = 0``, a misspelt ``max_retries``): nothing reads it, so the setting the
-    trainer meant was silently left at its default."""
-    names = [item.name for item in dataclasses.fields(cfg)]
-    stray = sorted(set(vars(cfg)) - set(names))
-    if stray:
-        close = closest_setting(stray[0], names)
-        raise ConfigError(f"{where}: {stray[0]!r} is no field of {type(cfg).__name__}"
-                          + (f" (did you mean {close}?)" if close else "")
-                          + "; set as an attribute, nothing reads it")
 
 
 #: the CLI's flags of how ``run`` runs, no RunConfig field: what a Python call does instead
