@@ -430,6 +430,19 @@ def closest_setting(name: str, names: Any) -> str | None:
     return close[0] if close else None
 
 
+def check_no_stray_fields(cfg: Any, where: str) -> None:
+    """ConfigError for an attribute set on the dataclass ``cfg`` that is none of its fields
+    (``cfg.max_retry = 0``, a misspelt ``max_retries``): nothing reads it, so the setting the
+    trainer meant was silently left at its default."""
+    names = [item.name for item in dataclasses.fields(cfg)]
+    stray = sorted(set(vars(cfg)) - set(names))
+    if stray:
+        close = closest_setting(stray[0], names)
+        raise ConfigError(f"{where}: {stray[0]!r} is no field of {type(cfg).__name__}"
+                          + (f" (did you mean {close}?)" if close else "")
+                          + "; set as an attribute, nothing reads it")
+
+
 #: the CLI's flags of how ``run`` runs, no RunConfig field: what a Python call does instead
 _COMMAND_LINE_ONLY = {
     "dry_run": "from Python the dry run is preflight(...) of parallel_rollout.api, with the same settings",
