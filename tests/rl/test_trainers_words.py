@@ -4,7 +4,7 @@ the warnings the engine's thread logs, and the advice after the model server ref
 run's settings name the RunConfig's fields (``max_retries=1``, not ``--max-retries 1``) and
 say what a trainer does (a new RolloutScheduler, get_batch again), not what a batch run does
 (a new --run-id, a resume); a tag's task file that does not load names its TaskSet's fields
-(``TaskSet.mode='gym'``, not ``--mode gym``). The batch run's words are
+(``tag 'sums' runs mode 'gym' (its TaskSet's mode)``, not ``--mode gym``). The batch run's words are
 tests/test_endpoint_refusals.py's and tests/test_tasks.py's."""
 
 from __future__ import annotations
@@ -115,14 +115,15 @@ def test_a_task_file_the_scheduler_cannot_load_names_the_task_sets_fields(tmp_pa
     """A tag whose file holds math tasks under TaskSet("gym", …), and one whose data is a typo
     of a named dataset: the TaskFileError RolloutScheduler(...) raised said "the run is --mode
     gym" and "did you mean --data humaneval?", flags of a batch run where the trainer wrote a
-    TaskSet. Nothing starts: no run folder."""
+    TaskSet (then "the run is TaskSet.mode='gym'", which names no tag). Nothing starts: no run
+    folder."""
     from parallel_rollout.errors import TaskFileError
     from parallel_rollout.rl import TaskSet
 
     sums = tmp_path / "sums.jsonl"
     sums.write_text(json.dumps({"id": "s0", "mode": "math", "problem": "Compute $2 + 2$.", "answer": "4"}) + "\n")
-    for task_set, said in [(TaskSet("gym", str(sums)), f"{sums}:1: task 's0' has mode 'math' but the run is "
-                                                       "TaskSet.mode='gym'"),
+    for task_set, said in [(TaskSet("gym", str(sums)), f"{sums}:1: task 's0' has mode 'math' but tag 'sums' "
+                                                       "runs mode 'gym' (its TaskSet's mode)"),
                            (TaskSet("gym", "humanevl"), "did you mean TaskSet.data='humaneval'?")]:
         with pytest.raises(TaskFileError) as caught:
             schedulers(rl_config(tmp_path, server, num_rollouts=1),

@@ -194,8 +194,10 @@ def load_tasks_of(tag: str, task_set: TaskSet) -> list[Any]:
     try:
         tasks = load_tasks(task_set.data, default_mode=task_set.mode, validators=task_validators())
     except TaskFileError as exc:  # the loader's --mode and --data are the tag's TaskSet's
+        said = str(exc).replace(f"but the run is --mode {task_set.mode}",
+                                f"but tag {tag!r} runs mode {task_set.mode!r} (its TaskSet's mode)")
         exc.args = (re.sub(r"--(mode|data)(?: ([^\s?:;,()]+))?",
-                           lambda flag: f"TaskSet.{flag[1]}" + (f"={flag[2]!r}" if flag[2] else ""), str(exc)),
+                           lambda flag: f"TaskSet.{flag[1]}" + (f"={flag[2]!r}" if flag[2] else ""), said),
                     *exc.args[1:])
         raise
     if task_set.tags:
