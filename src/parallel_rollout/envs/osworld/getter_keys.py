@@ -12,7 +12,8 @@ starting with ``_`` is a comment, as in the evaluator. :data:`FLAGS` are the key
 reads as a flag: a string there reads as true, ``"multi": "false"`` fetched a list, so one
 other than "true" (which OSWorld's tasks write) is refused, as are a list, an object and a
 number other than 0 or 1 (a step's flag's kind, :data:`.step_values.FLAG`). :data:`KINDS`
-are the keys a getter reads as a value of one kind (a ``dest`` a string, a command).
+are the keys a getter reads as a value of one kind (a ``dest`` a string, a command, a
+slide's number).
 :func:`files_problem` checks what a file getter's ``path``, ``dest``, ``multi`` and ``gives``
 pick. tests/test_osworld_getter_keys.py checks both lists against each getter's code and the
 369 real tasks.
@@ -23,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from .rule_keys import unread_hint
-from .step_values import COMMAND, FLAG, TEXT, TEXTS, Kind
+from .step_values import COMMAND, FLAG, NUMBER, SECONDS, TEXT, TEXTS, WHOLE, Kind
 
 __all__ = ["FIELDS", "FLAGS", "KINDS", "OPTIONAL", "VALUES", "files_problem", "key_problem", "reads"]
 
@@ -81,6 +82,21 @@ _NAMED = ("cookie_data", "history", "vlc_config", "vlc_playing_info", "vm_wallpa
           "vscode_config", "pdf_from_url", "audio_in_slide", "background_image_in_slide")
 _PER_FILE = Kind(lambda value: isinstance(value, list) and all(map(TEXTS.test, value)),
                  "a list of lists of strings, one per file")
+
+
+def _slide_number(value: Any) -> bool:
+    """Whether OSWorld's ``int(config["slide_index"])`` reads ``value`` as the slide it
+    says, 0 or more: a whole number, or a string of digits ("1" reads as 1, here too); 1.5
+    read as 1, "1.5" and true raised or read as a slide not written, and a slide below 0
+    is in no deck."""
+    if isinstance(value, str):
+        return value.strip().isdecimal()
+    whole = WHOLE.test(value) or NUMBER.test(value) and value.is_integer()  # 2.0 reads as 2
+    return whole and value >= 0
+
+
+#: a slide's place in its deck, as OSWorld's audio_in_slide and background_image_in_slide read it
+_SLIDE = Kind(_slide_number, "a slide's number from 0 (the first slide): a whole number, or a string of its digits")
 #: (getter type, key) -> the kind of value the getter reads there (:mod:`.step_values`): a
 #: file's name in the attempt's cache folder (``dest``), a path on the guest, a URL, a
 #: command; another raised as grading fetched the state, and the metric scored 0 whatever
@@ -89,6 +105,9 @@ KINDS: dict[tuple[str, str], Kind] = {
     **{(kind, "dest"): TEXT for kind in _NAMED},
     **{(kind, "command"): COMMAND for kind in ("vm_command_line", "vm_command_error")},
     **{(kind, "ppt_file_path"): TEXT for kind in ("audio_in_slide", "background_image_in_slide")},
+    **{(kind, "slide_index"): _SLIDE for kind in ("audio_in_slide", "background_image_in_slide")},
+    # this mode's own key (OSWorld's getter reads none), read with float() as grading runs it
+    **{(kind, "timeout"): SECONDS for kind in ("vm_command_line", "vm_command_error")},
     **{(kind, "path"): TEXT for kind in ("cache_file", "list_directory", "pdf_from_url", "vscode_config",
                                          "content_from_vm_file")},
     ("page_info", "url"): TEXT, ("info_from_website", "url"): TEXT, ("gimp_config_file", "file_name"): TEXT,
