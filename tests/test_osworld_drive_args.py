@@ -3,10 +3,11 @@
 ``query`` and ``trash``, a mkdirs' ``path``, an upload's ``url`` and ``path``. A key the
 operation does not read was ignored (a delete's ``"qurey"``: every file of the Drive
 deleted), one it needs missing failed only as the step ran (a KeyError after the VM was
-leased), args one short too (OSWorld's IndexError), one over never read, and an operation
-after an upload never ran (the step ends at its first upload, here as in OSWorld). Each is
-refused as the folder loads (the dry run, exit 2), naming the file, the step, the parameter
-and the place in it."""
+leased), args one short too (OSWorld's IndexError), one over never read, an operation after
+an upload never ran (the step ends at its first upload, here as in OSWorld), and an upload's
+path of folders was made here where OSWorld's upload puts the file at the Drive's root (it
+reads no list as folders). Each is refused as the folder loads (the dry run, exit 2), naming
+the file, the step, the parameter and the place in it."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ UPLOAD = "multi_apps/4e9f0faf-2ecc-4ae8-a804-28c9a75d1ddc.json"
 MKDIRS = "multi_apps/22a4636f-8179-4357-8e87-d1743ece1f81.json"
 
 _STEP = "config step 1 (googledrive): parameter"
+_NAME = ("the file's name, a string or a list of one name (OSWorld's upload makes no folders: the file goes to the "
+         "Drive's root)")
 
 
 def _drive(*edits):
@@ -62,6 +65,11 @@ MISTAKES = {
         UPLOAD, _drive(lambda operation, args: (operation.append("mkdirs"), args.append({"path": ["later"]}))),
         f"{_STEP} 'operation'[2] (mkdirs) follows an upload, which ends the step (as OSWorld's does): it would "
         "never run"),
+    # OSWorld's upload never reads its path as folders (its check of a list always fails)
+    "upload-into-folders": (UPLOAD, _drive(lambda operation, args: args[1].update(path=["Invoices", "invoice.pdf"])),
+                            f"{_STEP} 'args'[1] (upload) 'path' is ['Invoices', 'invoice.pdf'], a list: give {_NAME}"),
+    "upload-no-name": (UPLOAD, _drive(lambda operation, args: args[1].update(path=[])),
+                       f"{_STEP} 'args'[1] (upload) 'path' is [], a list: give {_NAME}"),
     "args-an-object": (DRIVE, _set(0, args={"query": "title = 'emails'"}),
                        f"{_STEP} 'args' is {{'query': \"title = 'emails'\"}}, an object: give a list of objects, one "
                        "per operation"),

@@ -90,9 +90,9 @@ def googledrive(env, operation: list[str], args: list[dict],
             _folder(drive, paths if isinstance(paths, list) else [paths])
         elif kind == "upload":
             source = local_source(env.task, params["url"], env.cache_root)
-            paths = params["path"] if isinstance(params["path"], list) else [params["path"]]
-            parent = _folder(drive, paths[:-1])
-            item = drive.CreateFile({"title": paths[-1], **({} if parent == "root" else {"parents": [{"id": parent}]})})
+            # at the Drive's root, as OSWorld's puts it (_UPLOAD_NAME): a list is of one name
+            name = params["path"][0] if isinstance(params["path"], list) else params["path"]
+            item = drive.CreateFile({"title": name})
             item.SetContentFile(str(source))
             item.Upload()
             return  # OSWorld's step ends at its first upload
@@ -155,13 +155,21 @@ def get_googledrive_file(env, config: dict) -> Any:
 STEPS = {"googledrive": googledrive, "login": login}
 GETTERS = {"googledrive_file": get_googledrive_file}
 _FOLDERS = Kind(lambda value: TEXT.test(value) or TEXTS.test(value), "a string or a list of strings (the folder path)")
+#: an upload's path: OSWorld's _googledrive_setup means to read a list as folders and the
+#: file's name, but its check of the kind (``params['path'] != list``) always holds, so it
+#: makes no folder and gives the list whole as the title, at the Drive's root: a path of
+#: folders would be uploaded here where OSWorld never puts it. Its one upload task gives
+#: ``["invoice.pdf"]``, the file's name at the root, as a string does.
+_UPLOAD_NAME = Kind(lambda value: TEXT.test(value) or TEXTS.test(value) and len(value) == 1,
+                    "the file's name, a string or a list of one name (OSWorld's upload makes no folders: the file "
+                    "goes to the Drive's root)")
 #: a googledrive operation -> the object of args it reads, as OSWorld's _googledrive_setup
 #: does: a delete's query (none: every file of the Drive) and trash, a mkdirs' path, an
-#: upload's url and path (a folder path as a string or a list of names); a key of another
+#: upload's url and path (the file's name); a key of another
 #: is refused (a delete's "qurey" was not read: every file was deleted)
 DRIVE_ARGS = {"delete": Objects({}, optional={"query": TEXT, "trash": FLAG}, closed=True),
               "mkdirs": Objects({"path": _FOLDERS}, closed=True),
-              "upload": Objects({"url": TEXT, "path": _FOLDERS}, closed=True)}
+              "upload": Objects({"url": TEXT, "path": _UPLOAD_NAME}, closed=True)}
 #: step type -> parameter -> the kind of value it needs (setup.VALUES); a googledrive's args
 #: are checked against its operations by drive_problem
 VALUES = {"googledrive": {"operation": texts_of(*DRIVE_ARGS),
