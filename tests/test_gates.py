@@ -400,7 +400,7 @@ def test_a_missing_baseline_is_not_said_to_let_a_run_go_on_that_a_bad_task_file_
     bad = dict(shell_task("a"), setup="false")  # setup is a list of commands
     refused = run_cli(tmp_path, [bad], "night", "--compare-to", "missed-night")
     assert refused.exit_code == exit_codes.EXIT_USAGE, refused.output
-    assert "field 'setup' must be list" in refused.output
+    assert "field 'setup' must be a list, got a string" in refused.output
     assert "the run goes on" not in refused.output, refused.output
     ran = run_cli(tmp_path, [shell_task("a")], "night", "--compare-to", "missed-night")
     assert ran.exit_code == exit_codes.EXIT_NO_VERDICT

@@ -171,11 +171,11 @@ def test_an_overlong_answer_is_not_graded():
 #: a bad payload -> text its error must contain
 BAD_TASKS = [
     ({"answer": "1"}, "'problem'"),
-    ({"problem": 3, "answer": "1"}, "'problem' must be str"),
+    ({"problem": 3, "answer": "1"}, "'problem' must be a string, got 3"),
     ({"problem": "  ", "answer": "1"}, "'problem' must not be empty"),
     ({"problem": "p"}, "'answer'"),
-    ({"problem": "p", "answer": None}, "'answer' must be str or int or float"),
-    ({"problem": "p", "answer": True}, "'answer' must be str or int or float, got bool"),
+    ({"problem": "p", "answer": None}, "'answer' must be a string or a number, got null"),
+    ({"problem": "p", "answer": True}, "'answer' must be a string or a number, got true"),
     ({"problem": "p", "answer": ""}, "'answer' must not be empty"),
     ({"problem": "p", "answer": float("nan")}, "'answer' must be a finite number"),
     ({"problem": "p", "answer": "\\frac{1}{2"}, "'answer' has unbalanced braces"),

@@ -49,7 +49,7 @@ MALFORMED = [
     ("mode is a typo", "tasks.jsonl", _line(shell_task("x", mode="shel")),
      ["tasks.jsonl:1:", "unknown mode 'shel' in task 'x' (did you mean 'shell'?); known modes: "]),
     ("a field given as null", "tasks.jsonl", _line(shell_task("x", instruction=None)),
-     ["tasks.jsonl:1:", "task 'x': field 'instruction' must be str, got null"]),
+     ["tasks.jsonl:1:", "task 'x': field 'instruction' must be a string, got null"]),
     ("mode is not a string", "tasks.jsonl", _line(shell_task("x", mode=3)), ["tasks.jsonl:1:", "unknown mode"]),
     ("tags not a list", "tasks.jsonl", _line(shell_task("x", tags="files")), ["tasks.jsonl:1:", "task 'x': field 'tags'", "list", 'got "files"']),
     ("tags hold a number", "tasks.jsonl", _line(shell_task("x", tags=["a", 1])), ["tasks.jsonl:1:", "task 'x': field 'tags'", 'got ["a", 1]']),

@@ -226,16 +226,39 @@ def _shown(value: Any) -> str:
     return "None" if value is None else f"{type(value).__name__} {reprlib.repr(value)}"
 
 
+#: how a task file's value kinds are said: in JSON's words, as the file writes them
+_JSON_WORDS = {dict: "an object", list: "a list", str: "a string", bool: "true or false", int: "a whole number",
+               float: "a number"}
+
+
+def _kinds_said(kinds: tuple[type, ...]) -> str:
+    """``(str, int, float)`` as ``a string or a number``."""
+    words = [_JSON_WORDS.get(kind, kind.__name__) for kind in kinds if not (kind is int and float in kinds)]
+    return " or ".join(dict.fromkeys(words))
+
+
+def _value_said(value: Any) -> str:
+    """A task file's value as the refusal names it: null, true, false, a number as it is
+    (``2.5``), else its kind (a string, a list, an object)."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, numbers.Number):
+        return reprlib.repr(value)
+    return _JSON_WORDS.get(type(value), type(value).__name__)
+
+
 def require(payload: Mapping[str, Any], name: str, kind: type | tuple[type, ...], *, optional: bool = False) -> None:
-    """Raise ValueError unless ``payload[name]`` exists (or is optional) and has type ``kind``."""
+    """Raise ValueError unless ``payload[name]`` exists (or is optional) and has type ``kind``,
+    said in the task file's words ("field 'evaluator' must be an object, got a list"): JSON's
+    true and false are no number, though Python's bool is an int."""
     if name not in payload:
         if optional:
             return
         raise ValueError(f"missing field {name!r}")
-    if not isinstance(payload[name], kind):
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        given = "null" if payload[name] is None else type(payload[name]).__name__  # null: as the file says it
-        raise ValueError(f"field {name!r} must be {names}, got {given}")
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    value = payload[name]
+    if not isinstance(value, kinds) or isinstance(value, bool) and bool not in kinds:
+        raise ValueError(f"field {name!r} must be {_kinds_said(kinds)}, got {_value_said(value)}")
 
 
 def require_str_list(payload: Mapping[str, Any], name: str, *, optional: bool = True) -> None:

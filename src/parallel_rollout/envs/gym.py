@@ -171,8 +171,6 @@ class GymEnv(Env):
         require(payload, "p", (int, float), optional=True)
         for name in ("size", "max_steps"):
             require(payload, name, int, optional=True)
-            if isinstance(payload.get(name), bool):
-                raise ValueError(f"field {name!r} must be int, got bool")
         if sum(name in payload for name in ("desc", "map_name", "size")) > 1:
             raise ValueError("give one of the fields 'desc', 'map_name' and 'size', not several")
         if "desc" in payload:

@@ -283,8 +283,6 @@ class MathEnv(Env):
             raise ValueError("field 'problem' must not be empty")
         require(payload, "answer", (str, int, float))
         answer = payload["answer"]
-        if isinstance(answer, bool):
-            raise ValueError("field 'answer' must be str or int or float, got bool")
         if isinstance(answer, float) and not math.isfinite(answer):
             raise ValueError(f"field 'answer' must be a finite number, got {answer!r}")
         if isinstance(answer, str):

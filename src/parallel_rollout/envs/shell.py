@@ -58,7 +58,7 @@ class ShellEnv(Env):
         require_str_list(payload, "reference")
         require(payload, "reap", bool, optional=True)
         require(payload, "timeout", (int, float), optional=True)
-        if isinstance(payload.get("timeout"), bool) or payload.get("timeout", 1) <= 0:
+        if payload.get("timeout", 1) <= 0:
             raise ValueError("field 'timeout' must be a positive number of seconds")
 
     @staticmethod

@@ -1,0 +1,77 @@
+"""A task field of the wrong kind (envs/base.py's ``require``) is refused in the task file's
+words, JSON's: "field 'evaluator' must be an object, got a list", where it said Python's
+type names ("must be dict, got list", "must be str or int or float, got bool"). JSON's true
+and false are no number, though Python's bool is an int: a FrozenLake ``"p": true`` loaded as
+a slip probability of 1. Each refusal comes from the dry run through the CLI (exit 2), naming
+the file's line and the task."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import shell_task, write_tasks
+from parallel_rollout.cli import main
+from parallel_rollout.exit_codes import EXIT_USAGE
+from test_osworld_taskset import osworld_folder
+
+_LAKE = {"id": "lake", "mode": "gym"}
+_MATH = {"id": "sum", "mode": "math", "problem": "1+1"}
+
+#: case -> (the task, what the refusal says after "task 'ID': ")
+WRONG_KINDS = {
+    "shell-instruction-number": (shell_task("s", instruction=5), "field 'instruction' must be a string, got 5"),
+    "shell-check-null": (shell_task("s", check=None), "field 'check' must be a string, got null"),
+    "shell-setup-string": (shell_task("s", setup="echo hi"), "field 'setup' must be a list, got a string"),
+    "shell-reap-string": (shell_task("s", reap="yes"), "field 'reap' must be true or false, got a string"),
+    "shell-timeout-true": (shell_task("s", timeout=True), "field 'timeout' must be a number, got true"),
+    "math-answer-true": ({**_MATH, "answer": True}, "field 'answer' must be a string or a number, got true"),
+    "math-answer-list": ({**_MATH, "answer": [2]}, "field 'answer' must be a string or a number, got a list"),
+    "lake-p-true": ({**_LAKE, "p": True}, "field 'p' must be a number, got true"),
+    "lake-size-fraction": ({**_LAKE, "size": 4.5}, "field 'size' must be a whole number, got 4.5"),
+    "lake-size-false": ({**_LAKE, "size": False}, "field 'size' must be a whole number, got false"),
+    "lake-desc-object": ({**_LAKE, "desc": {"row": "SFFG"}}, "field 'desc' must be a list, got an object"),
+}
+
+
+def _dry_run(data) -> tuple[int, str]:
+    done = CliRunner().invoke(main, ["--data", str(data), "--dry-run", "--no-progress"])
+    return done.exit_code, " ".join(done.output.split())
+
+
+@pytest.mark.parametrize("case", list(WRONG_KINDS))
+def test_a_task_field_of_the_wrong_kind_is_refused_in_json_words(tmp_path, case):
+    task, reason = WRONG_KINDS[case]
+    data = write_tasks(tmp_path / "tasks.jsonl", [task])
+    code, said = _dry_run(data)
+    assert code == EXIT_USAGE, said
+    assert f"{data}:1: task {task['id']!r}: {reason}" in said, said
+
+
+def test_an_osworld_tasks_instruction_and_evaluator_are_said_in_json_words(tmp_path):
+    """An OSWorld task file's ``evaluator`` as a list (several metrics written without
+    ``func``'s list) and an ``instruction`` as a number."""
+    evaluator = {"func": "infeasible"}
+    folder = osworld_folder(tmp_path / "set", {
+        "listed": {"domain": "os", "instruction": "x", "config": [], "evaluator": [evaluator]},
+        "numbered": {"domain": "os", "instruction": 7, "config": [], "evaluator": evaluator}})
+    code, said = _dry_run(folder)
+    assert code == EXIT_USAGE, said
+    examples = folder / "evaluation_examples" / "examples" / "os"
+    assert f"{examples / 'listed.json'}:1: task 'listed': field 'evaluator' must be an object, got a list" in said, said
+    assert f"{examples / 'numbered.json'}:1: task 'numbered': field 'instruction' must be a string, got 7" in said, said
+
+
+def test_fields_of_their_kind_load(tmp_path):
+    """A guard beside the refusals: the same fields given as JSON writes them load."""
+    tasks = [shell_task("s", setup=["echo hi"], reap=True, timeout=2.5), {**_MATH, "answer": 2},
+             {**_MATH, "id": "half", "answer": "1/2"}]
+    data = write_tasks(tmp_path / "tasks.jsonl", tasks[:1])
+    assert _dry_run(data)[0] == 0, _dry_run(data)[1]
+    maths = write_tasks(tmp_path / "math.jsonl", tasks[1:])
+    assert _dry_run(maths)[0] == 0, _dry_run(maths)[1]
+    lake = tmp_path / "lake.jsonl"
+    lake.write_text(json.dumps({**_LAKE, "p": 0.5, "size": 4, "is_slippery": True}) + "\n")
+    assert _dry_run(lake)[0] == 0, _dry_run(lake)[1]
