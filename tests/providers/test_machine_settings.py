@@ -6,6 +6,9 @@ shell check runs."""
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 from click.testing import CliRunner
 
@@ -53,8 +56,8 @@ def test_a_remote_setting_given_off_the_command_line_is_refused_naming_where(tmp
 @pytest.mark.parametrize("reset, said", [
     ("none", "no guest agent answered at that --vm-address within --boot-timeout-s 2s, and --reset-command none "
              "starts none: start its agent"),
-    ("true", "no guest agent answered at that --vm-address within --boot-timeout-s 2s after its --reset-command "
-             "ran"),
+    ("true", "no guest agent answered at that --vm-address within --boot-timeout-s 2s after the reset command "
+             "(--reset-command) ran"),
 ])
 def test_a_machine_that_does_not_answer_is_named_with_the_flags_to_check(tmp_path, reset, said):
     """A --vm-address where nothing listens: each boot waits --boot-timeout-s (a reset may be
@@ -72,3 +75,31 @@ def test_a_machine_that_does_not_answer_is_named_with_the_flags_to_check(tmp_pat
         in result.output, result.output
     assert said in " ".join(result.output.split()), result.output
     assert "resume with:" in result.output
+
+
+@pytest.mark.parametrize("given, command, code, said", [
+    ("file", "echo reverting; exit 3", 1, "the reset command (reset-command in CONFIG) exited with 3: reverting"),
+    ("environment", "vmrunn-not-installed revertToSnapshot {host} s", 2,
+     "the reset command (the environment variable PARALLEL_ROLLOUT_RESET_COMMAND) exited with 127, a program it "
+     "runs was not found: /bin/sh: 1: vmrunn-not-installed: not found; fix the environment variable "
+     "PARALLEL_ROLLOUT_RESET_COMMAND (a resume may give another)"),
+    ("file", "echo reverting; exec sleep 30", 1, "the reset command (reset-command in CONFIG) did not finish within "
+     "1s (killed; boot-timeout-s in CONFIG allows more); output: reverting"),
+    ("flag", "echo reverting; exit 3", 1, "the reset command (--reset-command) exited with 3: reverting"),
+], ids=["exit-in-config", "not-found-in-environment", "timeout-in-config", "exit-on-the-command-line"])
+def test_a_reset_command_that_fails_is_named_as_it_was_given(tmp_path, given, command, code, said):
+    """The reset command's own failures (an exit status, a command past --boot-timeout-s, a
+    program not found) name the setting as the user gave it: a config file's key, the
+    variable, the flag. They said "the reset command", and "fix --reset-command" to whoever
+    set it in a file or the environment. The command fails before any agent is asked."""
+    config = tmp_path / "machines.toml"
+    config.write_text(f"vm-address = \"127.0.0.1:{_free_port()}\"\nboot-timeout-s = 1\n"
+                      + (f"reset-command = {json.dumps(command)}\n" if given == "file" else ""))
+    result = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(_shell_tasks(tmp_path, 1)), "--agent", "oracle", "--provider-name", "remote",
+        "--config", str(config), "--num-rollouts", "1", "--output-dir", str(tmp_path / "out"), "--run-id", "r",
+        "--no-progress", *(["--reset-command", command] if given == "flag" else [])],
+        env={"PARALLEL_ROLLOUT_RESET_COMMAND": command} if given == "environment" else {})
+    assert result.exit_code == code, result.output
+    stopped = " ".join(re.search(r"run stopped: (.*)", result.output).group(1).split())
+    assert said.replace("CONFIG", str(config)) in stopped, stopped

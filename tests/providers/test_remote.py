@@ -277,7 +277,7 @@ def test_reset_command_placeholders_environment_and_failures(machines, tmp_path)
     failing = remote(machines)
     info = failing.start("vm0")
     (machines.state / f"fail-{info.private['port']}").write_text("")
-    with pytest.raises(VMError, match=r"reset command exited with 3: cannot revert machine "
+    with pytest.raises(VMError, match=r"reset command \(--reset-command\) exited with 3: cannot revert machine "
                                       rf"{info.private['port']}: snapshot locked"):
         failing.reset(info)
     failing.stop(info)
@@ -473,7 +473,7 @@ def test_a_reset_command_whose_program_is_not_found_stops_the_run_at_once(tmp_pa
         "--output-dir", str(tmp_path / "out"), "--run-id", "r", "--no-progress"])
     assert result.exit_code == 2, result.output
     said = re.search(r"run stopped: (.*)", result.output).group(1)  # the shell's words are its own
-    assert said.startswith(f"VM vm-0 (http://{address}): the reset command exited with 127, a program it runs "
+    assert said.startswith(f"VM vm-0 (http://{address}): the reset command (--reset-command) exited with 127, a program it runs "
                            "was not found: /bin/sh: "), said
     assert "vmrunn-not-installed" in said and said.endswith("; fix --reset-command (a resume may give another)"), said
     run = tmp_path / "out" / "r"

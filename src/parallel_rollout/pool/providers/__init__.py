@@ -31,6 +31,10 @@ PROVIDERS: Registry[Provider] = Registry("provider", {
 }, Provider)
 
 
+#: the settings whose providers' messages name them as the user gave them (``ProviderOptions.given``)
+SAID_BY_PROVIDERS = ("reset_command", "boot_timeout_s")
+
+
 def provider_names() -> list[str]:
     """Every provider name this installation knows."""
     return PROVIDERS.names()
@@ -86,7 +90,9 @@ def provider_options(config: RunConfig, provider_cls: Any, vm_envs: list[Any],
                            vm_key_file=config.vm_key_file,
                            verify_reset=config.verify_reset, spare_vms=config.spare_vms,
                            hidden_files=hidden_files(config, vm_envs, answer_files),
-                           cleanup_programs=cleanup_programs(vm_envs), **limits)
+                           cleanup_programs=cleanup_programs(vm_envs),
+                           given={name: said for name in SAID_BY_PROVIDERS if (said := said_if_given(config, name))},
+                           **limits)
 
 
 def cleanup_programs(vm_envs: list[Any]) -> tuple[str, ...]:

@@ -74,6 +74,14 @@ class ProviderOptions:
     #: and stop: they end what an episode cut short left running there (web: the page server
     #: and Chromium its driver started, by pid)
     cleanup_programs: tuple[str, ...] = ()
+    #: the settings a provider's messages name, as the user gave them (``config_checks.as_given``:
+    #: ``reset-command in run.toml``, ``the environment variable PARALLEL_ROLLOUT_RESET_COMMAND``);
+    #: one not in it by its flag (``said``)
+    given: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    def said(self, name: str) -> str:
+        """Setting ``name`` as the user gave it (``given``), else its flag: ``--reset-command``."""
+        return self.given.get(name) or "--" + name.replace("_", "-")
 
     def memory_limit(self, bounded: bool) -> int | None:
         """A VM's memory limit: ``memory_mb``, else ``default_memory_mb`` where the provider

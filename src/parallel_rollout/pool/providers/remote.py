@@ -158,6 +158,9 @@ class RemoteProvider(Provider):
                               "file or a process would make every VM fail its check; give a --reset-command, "
                               "or --verify-reset off")
         check_placeholders(command)
+        #: what the messages of its runs call it: the setting as the user gave it (a flag, a
+        #: config file's key, a variable), which "the reset command" named none of
+        self._command = f"the reset command ({self.options.said('reset_command')})"
         #: what each agent asks every connection for (``--vm-key-file``); None: they ask nothing
         self._key = read_key(opts.vm_key_file)
         #: whether the warnings (agents without a key, machines never reset) are still to come:
@@ -207,7 +210,7 @@ class RemoteProvider(Provider):
                 except GuestKeyRefused:  # the run's key against the agent's: no other boot mends that
                     raise VMSettingsMismatch(f"VM {vm_id}: {key_refused(address, self.options.vm_key_file)}") from None
                 except GuestUnreachable as exc:  # a later boot may find it up: still a failed boot, its flags said
-                    started = (" after its --reset-command ran" if self.reset_command is not None
+                    started = (f" after {self._command} ran" if self.reset_command is not None
                                else ", and --reset-command none starts none: start its agent")
                     raise GuestUnreachable(f"VM {vm_id}: {exc}: no guest agent answered at that --vm-address within "
                                            f"--boot-timeout-s {self.options.boot_timeout_s:g}s{started}") from None
@@ -292,23 +295,24 @@ class RemoteProvider(Provider):
                                         stdout=output, stderr=subprocess.STDOUT, env=env,
                                         start_new_session=True)
             except OSError as exc:
-                raise VMError(f"VM {info.vm_id}: cannot run the reset command: {exc}") from exc
+                raise VMError(f"VM {info.vm_id}: cannot run {self._command}: {exc}") from exc
             try:
                 code = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 kill_group(proc)
-                raise VMError(f"VM {info.vm_id} ({where}): the reset command did not "
-                              f"finish within {self.options.boot_timeout_s:g}s (killed; --boot-timeout-s allows more); "
+                raise VMError(f"VM {info.vm_id} ({where}): {self._command} did not "
+                              f"finish within {self.options.boot_timeout_s:g}s (killed; {self.options.said('boot_timeout_s')} "
+                              f"allows more); "
                               f"output: {_tail(output)}") from None
             except BaseException:
                 kill_group(proc)
                 raise
             if code in UNRUNNABLE:  # the shell's own word: no later reset or boot finds the program
-                raise VMSettingsMismatch(f"VM {info.vm_id} ({where}): the reset command exited with {code}, "
-                                         f"{UNRUNNABLE[code]}: {_tail(output)}; fix --reset-command (a resume "
-                                         "may give another)")
+                raise VMSettingsMismatch(f"VM {info.vm_id} ({where}): {self._command} exited with {code}, "
+                                         f"{UNRUNNABLE[code]}: {_tail(output)}; fix {self.options.said('reset_command')} "
+                                         "(a resume may give another)")
             if code != 0:
-                raise VMError(f"VM {info.vm_id} ({where}): the reset command exited "
+                raise VMError(f"VM {info.vm_id} ({where}): {self._command} exited "
                               f"with {code}: {_tail(output)}")
 
 
