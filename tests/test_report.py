@@ -274,9 +274,10 @@ def test_rollout_times_leave_out_the_attempts_that_never_got_a_vm(tmp_path, monk
     assert f"rollout time p50: {rollout['p50']}s -> {rollout['p50']}s" in compared.output, compared.output
 
 
-def test_samples_skipped_as_unsupported_have_no_rollout_time(tmp_path):
+def test_samples_skipped_as_unsupported_are_no_attempt_and_have_no_rollout_time(tmp_path):
     """--skip-unsupported's final records (no VM, no time) were the run's 'rollout time p50
-    0.0s', in the console, summary.json and the report's histogram."""
+    0.0s', in the console, summary.json and the report's histogram, and its attempts (a task
+    never run), in summary.json's ``attempts``, the console's and the report's card."""
     from test_osworld_taskset import osworld_folder
 
     lacking = {"func": "no_such_metric", "result": {"type": "vm_file", "path": "/tmp/x", "dest": "x"}}
@@ -289,3 +290,6 @@ def test_samples_skipped_as_unsupported_have_no_rollout_time(tmp_path):
     assert json.loads((tmp_path / "out" / "u" / "summary.json").read_text())["timing_s"]["rollout"] is None
     html = (tmp_path / "out" / "u" / "report.html").read_text()
     assert "0 attempts that ran; 1 that never ran left out (unsupported 1)" in html
+    assert json.loads((tmp_path / "out" / "u" / "summary.json").read_text())["attempts"] == 0
+    assert "attempts: 0 (0 retried)" in done.output, done.output
+    assert 'data-metric="attempts" data-value="0"' in html

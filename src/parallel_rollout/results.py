@@ -323,7 +323,8 @@ def summarize(
 
     pass_k = pass_at_k_table(final_list)
 
-    attempts = len(records)
+    # a sample --skip-unsupported left out has a final record but was never attempted
+    attempts = sum(1 for r in records if r.get("status") != "unsupported")
     # a non-final attempt is retried when its sample went on (a later attempt, or a final
     # record; a never-graded one too, that a resume ran again); the others are left to a resume
     # (a pool exhausted, a run stopped), among them a never-graded sample's resume attempt that
