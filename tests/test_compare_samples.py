@@ -49,3 +49,28 @@ def test_compare_says_the_runs_differ_in_samples_per_task_not_in_tasks(tmp_path)
     assert ("samples: the task sets differ; the runs have different samples per task (A 3, B 2: --group-size): "
             "only the samples both have are paired, #0 to #1 of each task; compared on the intersection of "
             "8 samples (4 only in A, 2 only in B)") in out
+
+
+SHELL_TASK = {"id": "HumanEval/0", "mode": "shell", "instruction": "Write 1 to ~/x.", "check": "test -f ~/x",
+              "reference": ["echo 1 > ~/x"]}
+
+
+def test_compare_pairs_no_sample_of_another_mode_and_the_gate_gives_no_verdict(tmp_path):
+    """A py run's HumanEval/0 and a shell task of that id are two tasks: comparing them
+    as a pass/fail pair gave a verdict (exit 0) on nothing shared."""
+    out = str(tmp_path / "out")
+    common = ["--agent", "oracle", "--num-rollouts", "1", "--output-dir", out, "--no-progress"]
+    result = CliRunner().invoke(main, ["run", "--data", "humaneval", "--limit", "1", "--run-id", "py-night", *common])
+    assert result.exit_code == 0, result.output[-2000:]
+    shell_tasks = write_tasks(tmp_path / "shell.jsonl", [SHELL_TASK])
+    gated = CliRunner().invoke(main, ["run", "--data", str(shell_tasks), "--run-id", "shell-night",
+                                      "--compare-to", "py-night", *common])
+    assert gated.exit_code == 5, gated.output[-2000:]
+    assert "--compare-to py-night: no verdict: the runs share no final sample of one mode (A py, B shell)" in gated.output
+
+    result = CliRunner().invoke(main, ["compare", "--check", "py-night", "shell-night", "--output-dir", out])
+    assert result.exit_code == 5, result.output
+    assert ("samples: the runs' modes differ (A py, B shell): 1 sample id(s) in both are another task in each, "
+            "not paired; compared on the intersection of 0 samples (1 only in A, 1 only in B)") in result.output
+    page = (tmp_path / "out" / "shell-night" / "compare-py-night.html").read_text()
+    assert "the runs&#x27; modes differ (A py, B shell)" in page

@@ -6,7 +6,9 @@ no score, so no 0 either, and the comparison says how many shared samples it lef
 When the two runs cover different samples the comparison is made on the intersection and says
 how many samples each run had alone, and why: an unfinished run, other tasks, or another
 number of samples per task (``--group-size``: only the samples both have are paired, a
-task's first ones). Over the shared samples:
+task's first ones). A key both runs have but whose records are of two modes (a py run's
+``HumanEval/0`` and a shell task named so) is no shared sample: the same id, another task.
+Over the shared samples:
 
 * success rate and mean reward of each run, and McNemar's exact test on pass/fail;
 * the Wilcoxon signed-rank test on the rewards (B - A per sample);
@@ -59,6 +61,23 @@ def _samples_per_task(data: RunData) -> int:
     return max(Counter(task_of(r) for r in data.finals.values()).values(), default=1)
 
 
+def _mode(record: dict[str, Any]) -> str | None:
+    """The mode a record was run in (results.jsonl's ``mode``), or None where it is missing."""
+    mode = record.get("mode")
+    return mode if isinstance(mode, str) and mode else None
+
+
+def _modes(finals: dict[str, dict[str, Any]]) -> list[str]:
+    """The modes of a run's final records, sorted."""
+    return sorted({m for m in map(_mode, finals.values()) if m})
+
+
+def _other_tasks(finals_a: dict[str, dict[str, Any]], finals_b: dict[str, dict[str, Any]], keys: set[str]) -> set[str]:
+    """The keys of both runs whose records are of different modes: the same id, another task."""
+    return {k for k in keys if None not in (_mode(finals_a[k]), _mode(finals_b[k]))
+            and _mode(finals_a[k]) != _mode(finals_b[k])}
+
+
 def _timing(data: RunData) -> dict[str, float | None]:
     # of the attempts that ran, as summary.json's: one whose lease failed is no rollout
     durations = sorted(r["duration_s"] for r in data.records if isinstance(r.get("duration_s"), (int, float)) and ran(r))
@@ -108,6 +127,11 @@ class Comparison:
     #: each run's samples per task (its --group-size)
     samples_per_task_a: int = 1
     samples_per_task_b: int = 1
+    #: keys final in both runs but of another mode in each (not paired: counted in only_a
+    #: and only_b), and each run's modes
+    other_mode: int = 0
+    modes_a: list[str] = field(default_factory=list)
+    modes_b: list[str] = field(default_factory=list)
 
     def unfinished(self, side: str) -> str | None:
         """"A is unfinished (interrupted: 2 of 12 samples final)" unless that run is complete
@@ -125,7 +149,10 @@ class Comparison:
         if self.same_samples:
             return []
         out = [side for side in (self.unfinished("A"), self.unfinished("B")) if side]
-        if not out and (self.tasks_only_a or self.tasks_only_b):
+        if self.other_mode:
+            out.append(f"the runs' modes differ ({self._modes_said()}): {self.other_mode} sample id(s) "
+                       "in both are another task in each, not paired")
+        elif not out and (self.tasks_only_a or self.tasks_only_b):
             out.append("the task sets differ")
         a, b = self.samples_per_task_a, self.samples_per_task_b
         if a != b:
@@ -142,9 +169,15 @@ class Comparison:
         if baseline:
             return f"the baseline {baseline}"
         if self.shared == 0:
+            if self.other_mode:
+                return f"the runs share no final sample of one mode ({self._modes_said()})"
             return ("the runs share no final sample" if not self.ungraded else
                     f"the runs share no graded sample ({self.ungraded} shared ones never graded)")
         return None
+
+    def _modes_said(self) -> str:
+        """"A py, B shell": each run's modes."""
+        return f"A {', '.join(self.modes_a) or '?'}, B {', '.join(self.modes_b) or '?'}"
 
     @property
     def warnings(self) -> list[str]:
@@ -199,6 +232,7 @@ class Comparison:
             "left_out_never_graded": self.ungraded,
             "tasks_only_in_a": self.tasks_only_a, "tasks_only_in_b": self.tasks_only_b,
             "samples_per_task": {"a": self.samples_per_task_a, "b": self.samples_per_task_b},
+            "modes": {"a": self.modes_a, "b": self.modes_b}, "other_mode_in_both": self.other_mode,
             "shared_tasks": self.tasks, "clustered_by_task": self.clustered,
             "success_rate": {"a": self.success_rate_a, "b": self.success_rate_b},
             "mean_reward": {"a": self.mean_reward_a, "b": self.mean_reward_b},
@@ -215,6 +249,8 @@ def compare_runs(a: RunData, b: RunData) -> Comparison:
     """Compare run B against the baseline run A."""
     finals_a, finals_b = a.finals, b.finals
     in_both = set(finals_a) & set(finals_b)
+    other_mode = _other_tasks(finals_a, finals_b, in_both)
+    in_both -= other_mode
     # a sample never graded in either run has no score to compare (no 0 either)
     shared = sorted(k for k in in_both if not finals_a[k].get("infrastructure")
                     and not finals_b[k].get("infrastructure"))
@@ -251,6 +287,7 @@ def compare_runs(a: RunData, b: RunData) -> Comparison:
         data_a=_data_hashes(a), data_b=_data_hashes(b),
         tasks_only_a=len(tasks_a - tasks_b), tasks_only_b=len(tasks_b - tasks_a),
         samples_per_task_a=_samples_per_task(a), samples_per_task_b=_samples_per_task(b),
+        other_mode=len(other_mode), modes_a=_modes(finals_a), modes_b=_modes(finals_b),
     )
 
 
