@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from .config_checks import (RESUME_READS, flag_name, parse_sampling, set_off_the_command_line, set_where,
-                            unknown_key, validate_ranges)
+                            setting_name, unknown_key, validate_ranges)
 from .errors import ConfigError
-from .setting_types import checked_value, one_or_list, split_addresses
+from .setting_types import PATH_SETTINGS, check_keywords, checked_value, one_or_list, split_addresses
 
 try:
     import tomllib
@@ -165,6 +165,11 @@ class RunConfig:
     #: variable …"), or how, in OSWorld's spelling (``TYPED``): what its errors say; not in config.json
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
+    def __new__(cls, *args: Any, **keywords: Any) -> RunConfig:
+        # a misspelt field (num_vm=2) is named with the one meant, as run(num_vm=2) names it
+        check_keywords(cls, keywords)
+        return super().__new__(cls)
+
     def __post_init__(self) -> None:
         # one tuple of addresses, however given: repeated flags, a comma list, a TOML list,
         # or the JSON list of a resumed run's config.json
@@ -174,10 +179,11 @@ class RunConfig:
         self.base_url = one_or_list(self.base_url)
         self.ray_address = self.ray_address or None  # --ray-address "": no cluster (a resume's cleared)
         if not isinstance(self.extra_body, dict):
-            raise ConfigError(f"extra_body must be a table of request fields, got {self.extra_body!r}")
+            raise ConfigError(f"{setting_name(self, 'extra_body')} must be a table of request fields, "
+                              f"got {self.extra_body!r}")
         if self.abort_url is not None and not str(self.abort_url).startswith(("http://", "https://", "/")):
-            raise ConfigError(f"abort_url must be an http(s) URL, or a path on each model server such as "
-                              f"'/abort_request', got {self.abort_url!r}")
+            raise ConfigError(f"{setting_name(self, 'abort_url')} must be an http(s) URL, or a path on each model "
+                              f"server such as '/abort_request', got {self.abort_url!r}")
 
     @property
     def pool_size(self) -> int:
@@ -302,7 +308,7 @@ def build_config(flags: dict[str, Any], config_file: str | None = None,
     sources = {name: f"in {config_file}" for name in values if name not in flags}
     sources.update(flag_sources or {})
     values.update(flags)
-    for name in ("data", "output_dir", "junit_xml", "vm_key_file"):
+    for name in PATH_SETTINGS:
         # ~ as the shell expands it on the command line: a config file's or a variable's is not
         if isinstance(values.get(name), str):
             values[name] = os.path.expanduser(values[name])
@@ -336,8 +342,11 @@ def build_config(flags: dict[str, Any], config_file: str | None = None,
         validate_ranges(cfg)
     except ConfigError as exc:
         # where the setting the message names was set, when not on the command line:
-        # "--num-vms must be at least 1 (num-vms = 0 in run.toml)", "min-free-disk-mb must …"
-        found = re.search(r"--([a-z][a-z0-9-]*)", str(exc)) or re.match(r"([a-z][a-z0-9_-]*)\b", str(exc))
+        # "--num-vms must be at least 1 (num-vms = 0 in run.toml)", "min-free-disk-mb must …"; the
+        # setting it opens with, else its first flag (a setting with no flag may name one after it)
+        found = re.match(r"(?:--)?([a-z][a-z0-9_-]*)\b", str(exc))
+        if not found or found.group(1).replace("-", "_") not in _FIELDS:
+            found = re.search(r"--([a-z][a-z0-9-]*)", str(exc))
         name = found.group(1).replace("-", "_") if found else ""
         source = set_off_the_command_line(sources, name)
         if source is None:  # the command line's: the flag says it

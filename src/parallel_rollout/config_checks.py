@@ -183,17 +183,19 @@ def check_distinct_servers(urls: Any) -> None:
         seen.add(url.rstrip("/"))
 
 
-def check_abort_url(abort_url: str | None, urls: Any) -> None:
+def check_abort_url(cfg: Any, urls: Any) -> None:
     """ConfigError for an ``abort_url`` on one server of several: every abort, of requests at
     the other servers too, was POSTed there, and those servers decoded the aborted requests on
     (a path is told to each request's own server; another host, a router, may fan out)."""
+    abort_url = cfg.abort_url
     if not abort_url or abort_url.startswith("/") or len(urls) < 2:
         return
     where = urlsplit(abort_url)
     if any(urlsplit(url).netloc == where.netloc for url in urls):
-        raise ConfigError(f"abort_url {abort_url!r} is on one server of the fleet ({where.netloc}): the aborts of "
-                          f"requests at the others would be told there; give its path, {where.path or '/'!r}, to "
-                          "tell each server of base_url its own")
+        raise ConfigError(f"{setting_name(cfg, 'abort_url')} {abort_url!r} is on one server of the fleet "
+                          f"({where.netloc}): the aborts of requests at the others would be told there; give its "
+                          f"path, {where.path or '/'!r}, to tell each server of the fleet "
+                          f"({as_given(cfg, 'base_url')}) its own")
 
 
 def check_base_url(url: str, where: str = "--base-url") -> None:
@@ -284,7 +286,7 @@ def validate_ranges(cfg: Any) -> None:
     for url in servers:
         check_base_url(url, flag_name(cfg, "base_url"))
     check_distinct_servers(servers)
-    check_abort_url(cfg.abort_url, servers)
+    check_abort_url(cfg, servers)
     if not cfg.session_header.strip() or any(c in cfg.session_header for c in ":\r\n "):
         raise ConfigError(f"{setting_name(cfg, 'session_header')} {cfg.session_header!r} must be an HTTP header name, e.g. X-Session-ID")
     if cfg.temperature is not None and not 0 <= cfg.temperature <= 2:

@@ -120,8 +120,7 @@ def preflight(cfg: RunConfig, *, check_endpoint: bool = False) -> Preflight:
             _check("machines", lambda: check_vm_files(cfg.provider_name, ProviderOptions(
                 path_to_vm=cfg.path_to_vm, snapshot_name=cfg.snapshot_name)), found)
         # web: the Chromium a guest would use; a mode that knows nothing before a boot says nothing
-        _check("guest", lambda: guest_check(env_cls, lambda: get_provider(cfg.provider_name).name
-                                            or cfg.provider_name), found)
+        _check("guest", lambda: _guest_ready(cfg, env_cls), found)
     vm_problems = found.problems[vm_from:]
     if cfg.backend == "ray" and cfg.ray_address:
         _check("cluster", lambda: _cluster_reachable(cfg), found)
@@ -187,8 +186,9 @@ def census(cfg: RunConfig) -> str:
     taken = task_set.tasks[: cfg.limit] if cfg.limit else task_set.tasks  # what the run takes
     lines[-1:-1] = get_env(cfg.mode).census_notes(taken, cfg)  # the last line stays the count
     if cfg.limit:  # before the last line, which scripts read
-        lines.insert(-1, f"--limit {cfg.limit}: the run takes the first "
-                         f"{min(cfg.limit, len(task_set.tasks))} runnable tasks")
+        taken_count = min(cfg.limit, len(task_set.tasks))
+        lines.insert(-1, f"--limit {cfg.limit}: the run takes the first " + (
+            "runnable task" if taken_count == 1 else f"{taken_count} runnable tasks"))
     return "\n".join(lines)
 
 
@@ -209,6 +209,17 @@ def _cluster_reachable(cfg: RunConfig) -> str:
     from .backends.ray_cluster import check_reachable
 
     return f"the Ray cluster at {check_reachable(cfg.ray_address)} takes connections"
+
+
+def _guest_ready(cfg: RunConfig, env_cls) -> str | None:
+    """What the mode needs in the guest (``guest_check``) of a provider there is: one that
+    --provider names but is none (unknown, a module:Class that does not import) is the provider
+    check's problem, which this one said again as its own."""
+    try:
+        provider_name = get_provider(cfg.provider_name).name or cfg.provider_name
+    except ConfigError:
+        return None
+    return guest_check(env_cls, provider_name)
 
 
 def _provider_ready(cfg: RunConfig) -> str:

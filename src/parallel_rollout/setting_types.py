@@ -14,8 +14,28 @@ import numbers
 import os
 from typing import Any
 
-from .config_checks import gate_setting
+from .config_checks import closest_setting, gate_setting
 from .errors import ConfigError
+
+#: the settings that are paths: a Python call may give each as a ``pathlib.Path``, taken as its
+#: string (a ``~`` in a config file's or a variable's is expanded as the shell does on the command line)
+PATH_SETTINGS = ("data", "output_dir", "junit_xml", "vm_key_file")
+
+
+class UnknownField(ConfigError, TypeError):
+    """A keyword that is no field of a settings dataclass (``RunConfig(num_vm=2)``): a TypeError,
+    as Python's own for an unexpected keyword is, that names the field meant, as a config file's
+    misspelt key and run()'s keyword are named (a ConfigError too)."""
+
+
+def check_keywords(cls: Any, keywords: Any) -> None:
+    """UnknownField for the first of ``keywords`` that is no field of the dataclass ``cls``."""
+    names = [item.name for item in dataclasses.fields(cls)]
+    for key in keywords:
+        if key not in names:
+            close = closest_setting(key, names)
+            raise UnknownField(f"{cls.__name__}() got an unexpected keyword argument {key!r}"
+                               + (f"; did you mean {close}?" if close else ""))
 
 
 def one_or_list(value: Any) -> str | list[str] | None:
@@ -78,7 +98,9 @@ def checked_value(kind: str, name: str, value: Any, where: str, key: str | None 
         if isinstance(value, os.PathLike):  # run(data=Path(...)): a path is its string
             value = os.fspath(value)
         if not isinstance(value, str):
-            raise ConfigError(f"{where}: {key} must be a string, got {value!r}")
+            # a call may give a path as a pathlib.Path, which a config file has not
+            taken = "a path or a string" if name in PATH_SETTINGS and from_python(where) else "a string"
+            raise ConfigError(f"{where}: {key} must be {taken}, got {value!r}")
     return value
 
 
@@ -95,3 +117,8 @@ def check_fields(cfg: Any, where: str = "RunConfig") -> Any:
         if isinstance(value, numbers.Number) and type(value) not in (bool, int, float):  # np.float64 too
             python_numbers[item.name] = checked
     return dataclasses.replace(cfg, **python_numbers) if python_numbers else cfg
+
+
+def from_python(where: str) -> bool:
+    """Whether ``where`` is a Python call's (``run()``) or a dataclass's (``RunConfig``), no file's."""
+    return where.endswith("()") or where.isidentifier()
