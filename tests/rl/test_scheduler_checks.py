@@ -262,3 +262,11 @@ def test_a_misspelt_field_set_as_an_attribute_is_refused_as_the_scheduler_is_mad
                                           r"\(did you mean num_env_groups\?\)"):
         schedulers(rl_config(tmp_path, server, num_rollouts=1), manager)
     assert not (tmp_path / "out").exists() and server.requests == []
+
+
+def test_a_member_that_gave_up_after_one_request_says_request(tmp_path, schedulers):
+    """RunConfig(max_retries=0), a server that answers 500: the last failure said "gave up after
+    1 requests"."""
+    message = _first_batch_error(tmp_path, schedulers, {"status": 500}, RolloutError, {"max_retries": 0},
+                                 max_failed_groups=1)
+    assert "gave up after 1 request for this turn (max_retries=0)" in message, message

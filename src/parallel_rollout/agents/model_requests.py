@@ -142,7 +142,8 @@ class ModelRequests:
                     error = ModelUnavailable if exc.unavailable else AgentError
                     where = (f", the last of {len(failed)} servers that failed it ({', '.join(failed)})"
                              if len(failed) > 1 else "")
-                    raise error(f"{self.endpoint}: gave up after {self.max_retries + 1} requests for this turn "
+                    sent = f"{self.max_retries + 1} request{'s' * (self.max_retries > 0)}"
+                    raise error(f"{self.endpoint}: gave up after {sent} for this turn "
                                 f"(--max-retries {self.max_retries}){where}; last error: {exc}") from None
                 move = self._route.move(f"{self.endpoint}: {exc}", exclude=failed)
                 self._use_server(self._route.url)
