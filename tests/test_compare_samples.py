@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
+import filelock
 import pytest
 from click.testing import CliRunner
 
-from conftest import ROOT, write_tasks
+from conftest import ROOT, shell_task, write_tasks
 from parallel_rollout.cli import main
 
 MATH_TASKS = ROOT / "benchmarks" / "math_tasks.jsonl"
@@ -74,3 +75,22 @@ def test_compare_pairs_no_sample_of_another_mode_and_the_gate_gives_no_verdict(t
             "not paired; compared on the intersection of 0 samples (1 only in A, 1 only in B)") in result.output
     page = (tmp_path / "out" / "shell-night" / "compare-py-night.html").read_text()
     assert "the runs&#x27; modes differ (A py, B shell)" in page
+
+
+def test_compare_says_a_b_going_on_now_is_running_not_partial(tmp_path):
+    """B still being written by another process (tonight's run, compared by hand): it said
+    `partial`, as of a run that died, which a resume of it then refused with exit 75."""
+    out = tmp_path / "out"
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [shell_task(f"t{i}") for i in range(3)])
+    for run_id in ("a", "b"):
+        result = CliRunner().invoke(main, ["run", "--data", str(tasks), "--num-rollouts", "1", "--output-dir", str(out),
+                                           "--run-id", run_id, "--no-progress"])
+        assert result.exit_code == 0, result.output[-2000:]
+    results = out / "b" / "results.jsonl"
+    results.write_text("".join(results.read_text().splitlines(keepends=True)[:2]))  # its third sample to come
+    with filelock.FileLock(str(out / "b" / ".lock"), timeout=0):
+        running = CliRunner().invoke(main, ["compare", "a", "b", "--output-dir", str(out)])
+    assert running.exit_code == 0, running.output
+    assert "samples: B is unfinished (running: 2 of 3 samples final)" in running.output, running.output
+    stopped = CliRunner().invoke(main, ["compare", "a", "b", "--output-dir", str(out)])
+    assert "samples: B is unfinished (partial: 2 of 3 samples final)" in stopped.output, stopped.output

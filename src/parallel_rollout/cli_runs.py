@@ -69,7 +69,7 @@ def compare_cmd(run_a: str, run_b: str, output_dir: str, html_path: str | None, 
             err=True)
         sys.exit(EXIT_NO_VERDICT)
     compared = RunData.load(candidate, with_events=False)
-    comparison = compare_runs(baseline, compared)
+    comparison = compare_runs(baseline, compared, b_live=True)
     text = format_comparison(comparison)
     say(text)
     try:

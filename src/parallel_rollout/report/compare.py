@@ -245,8 +245,9 @@ class Comparison:
         }
 
 
-def compare_runs(a: RunData, b: RunData) -> Comparison:
-    """Compare run B against the baseline run A."""
+def compare_runs(a: RunData, b: RunData, *, b_live: bool = False) -> Comparison:
+    """Compare run B against the baseline run A; ``b_live``: B may be a run going on now in
+    another process (the compare command), said ``running`` rather than ``partial``."""
     finals_a, finals_b = a.finals, b.finals
     in_both = set(finals_a) & set(finals_b)
     other_mode = _other_tasks(finals_a, finals_b, in_both)
@@ -280,9 +281,10 @@ def compare_runs(a: RunData, b: RunData) -> Comparison:
         pass_to_fail=pass_to_fail, fail_to_pass=fail_to_pass,
         new_failure_types={str(t): n for t, n in sorted(failures_b.items(), key=str) if t not in types_a},
         speed_a=_timing(a), speed_b=_timing(b), tasks=len({task_of(ra) for ra, _ in pairs}),
-        # the baseline may be going on now (last night's job still running); B as it is: under
-        # --compare-to it is the run being gated, which holds its own lock
-        status_a=live_status(a.run_dir, a.status()), status_b=b.status(),
+        # the baseline may be going on now (last night's job still running); B too, unless it
+        # is the run being gated by --compare-to, which holds its own lock
+        status_a=live_status(a.run_dir, a.status()),
+        status_b=live_status(b.run_dir, b.status()) if b_live else b.status(),
         total_a=a.total, total_b=b.total,
         data_a=_data_hashes(a), data_b=_data_hashes(b),
         tasks_only_a=len(tasks_a - tasks_b), tasks_only_b=len(tasks_b - tasks_a),
