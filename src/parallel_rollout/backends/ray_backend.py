@@ -478,16 +478,16 @@ class RayBackend(WorkerTable, NodeWatch):
             unclean = sweep or any(not n.alive for n in self._nodes.values())
             unclean = stop_pools(self._nodes.values(), self.spec.run_dir, self._head.lost) or unclean
             if self.spec.provider_cls is not None:
-                final_stats = self.pool_stats(final=True)
                 if unclean and self._head.lost:
                     log.warning("the run's VMs on nodes that did not answer are swept by --resume")
                 elif unclean:
                     try:
-                        sweep_cluster(self.config.provider_name, self.spec.run_id, None, self._head)
+                        sweep_cluster(self.config.provider_name, self.spec.run_id, None, self._head, self._died_at_end)
                     except VMError as exc:  # a node's sweep failed or hung, or the head did not answer
                         log.warning("the run's VMs are not swept on every node (--resume sweeps them): %s", exc)
                         if self._head.lost:  # the run's head-loss path: the disconnect below disconnect_lost's
                             self._lose_head()
+                final_stats = self.pool_stats(final=True)  # a node that died as it swept: lost
         finally:
             if self._owns_ray:
                 self._owns_ray = False

@@ -340,7 +340,7 @@ class Sweeps:
 
 
 def sweep_cluster(provider_name: str, run_id: str | None, address: str | None,
-                  head: HeadWatch | None = None) -> list[str]:
+                  head: HeadWatch | None = None, died: Callable[[str], None] | None = None) -> list[str]:
     """Run the provider's sweep on every alive node (``Sweeps.first``); the removed VMs of all
     of them. VMError (naming each node and what the others removed) when a node's sweep failed
     (the node died) or did not end within SWEEP_S (a hung mount, daemon …): it waited for
@@ -348,7 +348,9 @@ def sweep_cluster(provider_name: str, run_id: str | None, address: str | None,
     for HEAD_LOST_S (asked for the nodes, or while they sweep: the command waited on it for
     ever), the process then left to ``exit_if_stranded``. ``head``: the watch of the run
     whose end sweeps (its own otherwise), marked ``lost`` then: the run's disconnect must
-    not wait on the head (it did, for ever)."""
+    not wait on the head (it did, for ever). ``died``: told each node whose sweep failed
+    because the cluster no longer has it (a run's end: the node died as the run ended, which
+    the run says as such; its sweep is no sweep missed), not named in the VMError."""
     owned = connect(address)  # before Ray's import: see connect()
     import ray
 
@@ -361,8 +363,13 @@ def sweep_cluster(provider_name: str, run_id: str | None, address: str | None,
             sweeps.pending.clear()  # nothing more is asked of the lost head
             raise VMError(f"{head.lost_reason()}: the cluster is lost (removed on the nodes that answered: "
                           f"{', '.join(sweeps.removed) or 'none'})")
-        if swept[1]:
-            raise VMError("; ".join(f"node {node_id[:8]}: {reason}" for node_id, reason in swept[1].items())
+        failed = swept[1]
+        if died is not None and failed and (alive := head.answer()) is not None:
+            for node_id in [n for n in failed if n not in alive]:
+                del failed[node_id]
+                died(node_id)
+        if failed:
+            raise VMError("; ".join(f"node {node_id[:8]}: {reason}" for node_id, reason in failed.items())
                           + f" (removed on the other nodes: {', '.join(sweeps.removed) or 'none'})")
         return sweeps.removed
     finally:

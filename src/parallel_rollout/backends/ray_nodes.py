@@ -80,9 +80,17 @@ class NodeWatch:
             self.hooks.event("node_joined", reason=f"node {node_id[:8]}: {pool}{self.config.num_rollouts} worker(s)")
             log.info("[Ray] node %s joined", node_id[:8])
 
+    def _died_at_end(self, node_id: str) -> None:
+        """A node gone from the cluster as the run's end swept it (its sweep could not run
+        there): it died, said so and counted lost, not a sweep missed. Not the run's node (it
+        joined as the run ended): nothing to say."""
+        if (node := self._nodes.get(node_id)) is not None:
+            self._lose_node(node, f"node {node_id[:8]} left the cluster as the run ended")
+
     def _lose_node(self, node: Node, reason: str) -> None:
         node.alive, node.lost_reason = False, reason
-        log.warning("%s; its VMs are counted dead, its attempts retried elsewhere", reason)
+        log.warning("%s; its VMs are counted dead%s", reason, "" if self.hooks.closing else
+                    ", its attempts retried elsewhere")
         self.hooks.event("node_lost", reason=reason)
         for worker in [w for w in list(self._workers.values()) if w.node_id == node.node_id]:
             worker.lost = True  # nothing to ask it: ray.kill only
