@@ -1,7 +1,8 @@
 """What ``run`` says, through the CLI: each message once, complete, and with the hint it needs.
 
 A run without --data names every kind of data it takes; a --data that is a typo of a named
-dataset gets a "did you mean"; a failed gate's message is printed once, not twice (the log
+dataset gets a "did you mean", a missing one with no file's suffix what a task file and an
+OSWorld folder must be; a failed gate's message is printed once, not twice (the log
 line and the CLI's last line); a run that finished no sample says it has no score instead of
 "success rate -, mean reward None".
 """
@@ -45,6 +46,22 @@ def test_a_missing_task_file_gets_no_dataset_hint(tmp_path):
     done = run(tmp_path, "--data", str(tmp_path / "humaneval.jsonl"))
     assert done.exit_code == EXIT_USAGE
     assert "task file not found" in done.output and "did you mean" not in done.output
+
+
+@pytest.mark.parametrize("extra", [[], ["--dry-run"]])
+def test_a_missing_path_with_no_suffix_says_what_a_file_and_a_folder_must_be(tmp_path, monkeypatch, extra):
+    """`--data nosuch` without --mode said only "task file not found": a path with no file's
+    suffix may mean an OSWorld folder as well, so both are said, and the folder's mode."""
+    monkeypatch.chdir(tmp_path)
+    done = run(tmp_path, "--data", "nosuch", *extra)
+    said = " ".join(done.output.split())
+    assert done.exit_code == EXIT_USAGE, said
+    assert (f"{tmp_path / 'nosuch'}: no such task file or folder; --data takes a task file (JSON list or JSONL, "
+            "optionally .gz, or Parquet), an OSWorld folder, or a named dataset") in said, said
+    assert ("A task file is named with its suffix (.json, .jsonl, .parquet); an OSWorld folder, which runs as "
+            "--mode osworld, is the task set's folder, examples/ beside test_all.json, or the checkout that holds "
+            f"it; a relative path is from the current folder, {tmp_path}") in said, said
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_missing_task_file_names_the_file_beside_it_it_misspells(tmp_path, monkeypatch):

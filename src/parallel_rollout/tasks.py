@@ -34,7 +34,7 @@ from typing import Any, Callable, Container, Iterable, Mapping
 from .config import NAMED_DATASETS
 from .errors import ModeConflict, TaskFileError
 from .task_json import as_written, parse_json
-from .tasks_osworld import DEFAULT_INDEX, file_hint, folder_records, is_osworld_folder
+from .tasks_osworld import DEFAULT_INDEX, file_hint, folder_records, is_osworld_folder, missing_data
 from .tasks_parquet import parquet_mode, parquet_records
 
 #: fields the Task model owns; everything else is the mode's payload
@@ -312,11 +312,11 @@ def load_task_set(
     domain_given, index_given = domain != "all" or "domain" in given, index != DEFAULT_INDEX or "osworld_index" in given
     if path.is_dir():
         records = folder_records(path, domain, index)
-    elif not path.exists() and (domain_given or index_given or (default_mode == "osworld" and not path.suffix)):
-        # OSWorld's flags name a folder: a run.py line started from another folder lands here
-        raise TaskFileError(f"{path}: no such folder (--data, OSWorld's --test_config_base_dir: the task set's "
-                            f"folder, examples/ beside test_all.json, or the checkout that holds it; a relative "
-                            f"path is from the current folder, {Path.cwd()})")
+    elif not path.exists() and (domain_given or index_given or not path.suffix and (default_mode == "osworld"
+                                                                                     or not mode_given)):
+        # OSWorld's flags name a folder (a run.py line started from another folder), and so may
+        # a path with no file's suffix
+        raise TaskFileError(missing_data(path, osworld=domain_given or index_given or default_mode == "osworld"))
     elif domain_given or index_given:
         flags = [f"--domain {domain}"] * domain_given + [f"--osworld-index {index}"] * index_given
         raise TaskFileError(f"{path}: {' and '.join(flags)} {'apply' if len(flags) > 1 else 'applies'} to an "

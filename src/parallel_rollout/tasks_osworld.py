@@ -107,6 +107,18 @@ def _no_task_set(folder: Path) -> str:
     return f"{folder}: {what} no {layout}; --data takes {DATA_KINDS}"
 
 
+def missing_data(path: Path, osworld: bool) -> str:
+    """What a ``--data`` path that does not exist is said with when it names no file kind (no
+    suffix): a folder's path (``osworld``: --mode osworld, or OSWorld's --domain or
+    --osworld-index, was given), else a task file's or a folder's, and what each must be."""
+    folder = ("the task set's folder, examples/ beside test_all.json, or the checkout that holds it; a relative "
+              f"path is from the current folder, {Path.cwd()}")
+    if osworld:
+        return f"{path}: no such folder (--data, OSWorld's --test_config_base_dir: {folder})"
+    return (f"{path}: no such task file or folder; --data takes {DATA_KINDS}. A task file is named with its "
+            f"suffix (.json, .jsonl, .parquet); an OSWorld folder, which runs as --mode osworld, is {folder}")
+
+
 def _json_text(path: Path, holds: str) -> str:
     """The text of one of the set's JSON files; TaskFileError when it is no text or empty (a
     copy cut short), which JSON's own error called 'Expecting value (column 1)'."""
