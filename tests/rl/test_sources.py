@@ -140,6 +140,12 @@ def test_explicit_tasks_run_exactly_and_in_order(tmp_path, schedulers):
                 train.get_batch(batch_size=2, step=2, tasks=one)
         with pytest.raises(ConfigError, match="len\\(tasks\\) x group_size"):
             train.get_batch(batch_size=2, step=2, tasks=["lakes1", "lakes2"])
+        # tasks=[] with its batch_size, 0 x group_size: it said "batch_size must be a positive
+        # multiple of group_size (2) or -1, got 0", of the size the README's rule gave
+        with pytest.raises(ConfigError, match=r"^get_batch\(tasks=\[\]\) names no task to run"):
+            train.get_batch(batch_size=0, step=2, tasks=[])
+        with pytest.raises(ConfigError, match=r"batch_size '4' must be len\(tasks\) x group_size \(2 x 2\)"):
+            train.get_batch(batch_size="4", step=2, tasks=["lakes1", "lakes2"])
         started = train.stats()["groups_started"]
         with pytest.raises(ConfigError, match=r"batch_size=-1 runs every task .* not with tasks="):
             train.get_batch(batch_size=-1, step=2, tasks=["lakes1"])  # it used to ignore tasks

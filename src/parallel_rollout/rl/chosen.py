@@ -18,7 +18,7 @@ from collections import Counter, deque
 from typing import Any
 
 from ..errors import ConfigError, RolloutError
-from .config import BUILTIN_TASK_SETS
+from .config import BUILTIN_TASK_SETS, whole_number
 from .groups import Trajectory
 from .sources import ids_like
 
@@ -36,8 +36,11 @@ class ChosenBatches:
             raise ConfigError(f"get_batch(tasks=...) takes a list of tasks (Task objects or ids of the tags' tasks), "
                               f"got {type(tasks).__name__} {tasks!r:.80}")
         given = [self._resolve(task) for task in tasks]
-        if batch_size != len(given) * self.env_config.group_size:
-            raise ConfigError(f"batch_size {batch_size} must be len(tasks) x group_size "
+        if not given:
+            raise ConfigError("get_batch(tasks=[]) names no task to run: give at least one (a Task or the id "
+                              "of one of the tags' tasks), or leave tasks out to draw them from the tags")
+        if whole_number(batch_size) != len(given) * self.env_config.group_size:
+            raise ConfigError(f"batch_size {batch_size!r} must be len(tasks) x group_size "
                               f"({len(given)} x {self.env_config.group_size})")
         with self._cond:
             self._check_open()

@@ -256,13 +256,13 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
                 raise ConfigError("get_batch: batch_size=-1 runs every task of the tags once, not with tasks=; "
                                   "to run given tasks pass batch_size=len(tasks) x group_size")
             return self._run_all(step, timeout)
+        if tasks is not None:  # its batch_size is len(tasks) x group_size, 0 for no task: said of the tasks
+            return self._run_given(batch_size, step, tasks, timeout)
         size = self.env_config.group_size
         whole = whole_number(batch_size)
         if whole is None or whole < 1 or whole % size:
             raise ConfigError(f"batch_size must be a positive multiple of group_size ({size}) or -1, got {batch_size!r}")
         batch_size = whole
-        if tasks is not None:
-            return self._run_given(batch_size, step, tasks, timeout)
         need = batch_size // size
         with self._cond:
             self._check_open()
