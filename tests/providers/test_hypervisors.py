@@ -134,6 +134,22 @@ def test_fewer_vm_files_than_the_pools_vms_is_refused_at_the_start(standins, tmp
     assert enough.exit_code == 0, (enough.output, enough.exception)
 
 
+@pytest.mark.parametrize("name, flag, value", [("vmware", "--vm-memory-mb", "2048"),
+                                               ("virtualbox", "--vm-max-processes", "500")])
+def test_a_limit_a_hypervisor_cannot_enforce_is_refused_naming_its_flag(standins, tmp_path, name, flag, value):
+    """A per-VM limit of a VM the hypervisor runs: refused before anything runs (exit 2),
+    naming the flag the user gave; it said "cannot enforce memory_mb", a field's name."""
+    vmx, _ = standins
+    result = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(ROOT / "benchmarks" / "shell_tasks.jsonl"), "--limit", "1",
+        "--output-dir", str(tmp_path / "out"), "--no-progress", "--provider-name", name, "--path-to-vm",
+        vmx[0] if name == "vmware" else "ubuntu0", "--snapshot-name", "init_state", "--num-rollouts", "1",
+        flag, value])
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert f"the {name} provider cannot enforce {flag}: set it in the VM's settings" in result.output, result.output
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.skipif(not all(shutil.which(p) for p in ("Xvfb", "openbox", "xdotool")),
                     reason="no Xvfb, openbox or xdotool for a desktop")
 def test_a_vm_whose_screen_is_not_the_runs_stops_the_run_at_its_first_boot(standins, monkeypatch, tmp_path):

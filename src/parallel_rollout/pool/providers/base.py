@@ -96,6 +96,18 @@ class ProviderOptions:
         return f"{self.screen_width}x{self.screen_height}" if self.desktop else None
 
 
+#: the per-VM limits of ``ProviderOptions``, by the flag that sets each
+LIMIT_FLAGS = {"memory_mb": "--vm-memory-mb", "max_processes": "--vm-max-processes"}
+
+
+def refuse_limits(options: ProviderOptions, provider: str, why: str) -> None:
+    """ConfigError naming the flag of a per-VM limit set in ``options`` that the ``provider``
+    provider cannot enforce (``why``: what to do instead)."""
+    for limit, flag in LIMIT_FLAGS.items():
+        if getattr(options, limit) is not None:
+            raise ConfigError(f"the {provider} provider cannot enforce {flag}: {why}")
+
+
 #: the largest default memory limit of a VM, and of a desktop VM (a browser and an office
 #: suite want more)
 DEFAULT_MEMORY_CAP_MB = 2048

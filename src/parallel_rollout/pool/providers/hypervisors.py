@@ -62,7 +62,7 @@ import time
 from ...vm_address import DEFAULT_PORT
 from ...errors import ConfigError, ProviderUnavailable, VMError, VMSettingsMismatch
 from . import verify_guest
-from .base import Provider, ProviderOptions, VMInfo
+from .base import Provider, ProviderOptions, VMInfo, refuse_limits
 from .boot_checks import check_booted, first_boot, no_agent_is_settings
 from .remote import HEALTH_TIMEOUT_S, answers, kill_group, wait_agent_ready
 from .slots import Slots
@@ -94,10 +94,7 @@ class _HypervisorProvider(Provider):
         if not opts.snapshot_name:
             raise ConfigError(f"the {self.name} provider needs --snapshot-name: the snapshot "
                               "every task starts from (OSWorld's images have init_state)")
-        for limit in ("memory_mb", "max_processes"):
-            if getattr(opts, limit) is not None:
-                raise ConfigError(f"the {self.name} provider cannot enforce {limit}: set it "
-                                  "in the VM's settings")
+        refuse_limits(opts, self.name, "set it in the VM's settings")
         self.vm_files = [p.strip() for p in opts.path_to_vm.split(",") if p.strip()]
         doubled = sorted({p for p in self.vm_files if self.vm_files.count(p) > 1})
         if doubled:

@@ -88,7 +88,7 @@ from ...errors import ConfigError, GuestKeyRefused, GuestUnreachable, VMError, V
 from ...guest.client import keyed_address, shown_address
 from . import verify_guest
 from .boot_checks import READY_ROUTE, check_booted, first_boot, no_agent_is_settings
-from .base import Provider, ProviderOptions, VMInfo
+from .base import Provider, ProviderOptions, VMInfo, refuse_limits
 from .slots import Slots
 
 log = logging.getLogger(__name__)
@@ -129,10 +129,7 @@ class RemoteProvider(Provider):
                                   "the snapshot is whatever --reset-command restores")):
             if getattr(opts, field):
                 raise ConfigError(f"the remote provider cannot honour {flag}: {why}")
-        for limit, flag in (("memory_mb", "--vm-memory-mb"), ("max_processes", "--vm-max-processes")):
-            if getattr(opts, limit) is not None:
-                raise ConfigError(f"the remote provider cannot enforce {flag}: it does not "
-                                  "own the machines (limit them where they run)")
+        refuse_limits(opts, self.name, "it does not own the machines (limit them where they run)")
         raw = tuple(getattr(opts, "vm_addresses", ()) or ())
         if not raw:
             raise ConfigError("the remote provider needs the guest addresses of its VMs: "
