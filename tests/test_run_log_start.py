@@ -38,6 +38,20 @@ def test_the_warnings_before_the_run_folder_opens_are_in_run_log(tmp_path):
     assert at == sorted(at) and at[-1] < run_log.index("1 samples, 0 already final"), run_log
 
 
+def test_minus_qq_says_no_warning_on_the_console_and_run_log_keeps_them(tmp_path):
+    """-qq is errors only on the console (README, "Logs"): a variable nothing reads was said
+    all the same, "Warning: PARALLEL_ROLLOUT_…", the other warnings not."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("t0")])
+    done = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "run", "--mode", "shell", "--data", str(data),
+                           "--output-dir", str(tmp_path / "out"), "--run-id", "cron", "--no-progress",
+                           "--num-rollouts", "4", "--headless", "-qq"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PARALLEL_ROLLOUT_NUM_ROLOUTS": "3"}, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "", done.stderr
+    run_log = (tmp_path / "out" / "cron" / "run.log").read_text()
+    assert all(run_log.count(said) == 1 for said in WARNED), run_log
+
+
 def test_a_run_log_has_no_warning_of_an_earlier_command(tmp_path):
     """Two commands in one process (CliRunner, a program that embeds the CLI): the second
     run's run.log keeps its own warnings, not a dry run's before it."""

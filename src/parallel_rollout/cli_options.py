@@ -376,8 +376,11 @@ class RunCommand(click.Command):
             elif param is not None and typed.keys() & set(param.opts):
                 exc.param_hint = repr(typed[next(o for o in param.opts if o in typed)])
             raise
+        # -qq (errors only on the console, set_verbosity) is parsed now, its console not set yet
+        errors_only = ctx.params.get("verbose", 0) - ctx.params.get("quiet", 0) < -1
         for line in unknown_variables(ctx, self):
-            say(f"Warning: {line}", err=True)
+            if not errors_only:
+                say(f"Warning: {line}", err=True)
             logging.getLogger(PROJECT_LOGGER).warning("%s", line, extra=NOT_ON_CONSOLE)  # for run.log
         return rest
 
