@@ -12,6 +12,7 @@ VM itself, and the benchmark two.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -23,9 +24,11 @@ from pathlib import Path
 
 import psutil
 import pytest
+from click.testing import CliRunner
 
 from parallel_rollout.config import build_config
-from parallel_rollout.errors import ConfigError, VMError
+from parallel_rollout.cli import main
+from parallel_rollout.errors import ConfigError, VMError, VMSettingsMismatch
 from parallel_rollout.guest.client import GuestClient
 from parallel_rollout.pool.providers import qemu
 from parallel_rollout.pool.providers.base import ProviderOptions
@@ -218,15 +221,43 @@ def test_a_path_to_vm_disk_with_nothing_to_boot_fails_at_once_naming_it(image, r
 
 def test_a_path_to_vm_disk_that_never_serves_the_agent_says_what_was_seen(image, request, tmp_path):
     """Its boot code runs (here a jump to itself) and prints nothing: the error names the disk,
-    the empty serial console and that the BIOS ran the disk's boot code."""
+    the empty serial console and that the BIOS ran the disk's boot code. No VM of the disk
+    booted before: the run's settings (the run stops), not a failed boot to replace."""
     disk = _disk(tmp_path, boot_code=b"\xeb\xfe")
     provider = QemuProvider(_run_id(request), ProviderOptions(path_to_vm=str(disk), boot_timeout_s=4.0))
-    with pytest.raises(VMError) as caught:
+    with pytest.raises(VMSettingsMismatch) as caught:
         provider.start("vm0")
     message = str(caught.value)
     assert f"VM vm0 did not boot from {disk}: the guest agent did not answer within the boot timeout" in message
     assert "nothing at all on its serial console, ttyS0" in message, message
     assert "the BIOS: Booting from Hard Disk...; Booting from 0000:7c00 (it ran the disk's boot code" in message
+
+
+def test_a_run_on_a_disk_that_never_boots_stops_at_its_first_boot_timeout(image, request, tmp_path):
+    """A run whose --path-to-vm disk never serves the agent: no VM of it ever booted, so its
+    first boot timeout stops the run (exit 2, its attempt left to a resume), naming the disk
+    and what to change. The VM, its spare and then a replacement of each waited out the boot
+    timeout in turn (4 boots, twice the timeout), and the run exited 1 on a spent budget."""
+    disk = _disk(tmp_path, boot_code=b"\xeb\xfe")
+    data = tmp_path / "tasks.jsonl"
+    data.write_text(json.dumps({"id": "t0", "mode": "shell", "instruction": "x", "check": "true",
+                                "reference": ["true"]}) + "\n")
+    result = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(data), "--agent", "oracle", "--provider-name", "qemu",
+        "--path-to-vm", str(disk), "--boot-timeout-s", "4", "--num-rollouts", "1",
+        "--output-dir", str(tmp_path / "out"), "--run-id", _run_id(request), "--no-progress"])
+    assert result.exit_code == 2, result.output
+    found = re.search(r"run stopped: (.*)", result.output)
+    assert found, result.output
+    stopped = " ".join(found.group(1).split())
+    assert re.match(rf"VM vm-[01] did not boot from {re.escape(str(disk))}: the guest agent did not answer", stopped)
+    assert stopped.endswith("No VM of this disk booted in this run, so no replacement would: give --path-to-vm a "
+                            "disk whose system serves the guest agent on port 5000 (in a new run: a resume keeps "
+                            "the run's --path-to-vm), or more time with --boot-timeout-s (a resume may give "
+                            "another)"), stopped
+    events = map(json.loads, (tmp_path / "out" / _run_id(request) / "events.jsonl").read_text().splitlines())
+    boots = [e["vm"] for e in events if e.get("event") == "vm" and e.get("to") == "booting"]
+    assert sorted(boots) == ["vm-0", "vm-1"], boots  # the VM and its spare, at once; no replacement
 
 
 def test_qemu_that_exits_at_once_says_why(image, request):

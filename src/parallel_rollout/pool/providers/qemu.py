@@ -74,7 +74,9 @@ from outside a VM: ConfigError. ``path_to_vm`` is a user's own disk image (qcow2
 boots by itself (BIOS) and serves the guest agent on port 5000, as OSWorld's images do; the
 KVM probe still uses the built kernel, so ``image build`` is needed either way. Its failed
 boot names it and says what the BIOS saw of it (``qemu_boot``); one with nothing bootable
-fails at once.
+fails at once. Until a VM of the disk has booted in this pool, a boot whose agent never
+answered is the run's settings (VMSettingsMismatch: the run stops), not a failed boot for a
+spare and each replacement to wait out again.
 
 **Numbers** (2-core host, TCG, 512 MB guest): a boot, snapshot included, takes 9-18 s (so
 the default ``boot_timeout_s`` of 60 s holds, with two VMs booting at once); a reset 0.25-0.35
@@ -95,7 +97,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ...errors import ConfigError, ProviderUnavailable, VMError
+from ...errors import ConfigError, ProviderUnavailable, VMError, VMSettingsMismatch
 from . import host_dirs, qemu_image, verify, verify_guest
 from .base import Provider, ProviderOptions, VMInfo
 # The image build lives in its own module; these are what booting and tests use of it.
@@ -110,7 +112,8 @@ from .common import (LONG_VM_ID, check_name, check_vm_folder_free, checked_socke
                      sweep_vm_folders, write_meta)
 from .halted import halted_tree
 from .images import build_command
-from .qemu_boot import failure_detail, user_disk_argv, wait_for_agent
+from .boot_checks import resume_note
+from .qemu_boot import AgentNeverAnswered, failure_detail, user_disk_argv, wait_for_agent
 from .sandbox_processes import launcher
 # KVM detection and QMP; the accelerator names are part of this module's face (tests,
 # benchmarks and the CLI reach them as qemu.X)
@@ -168,6 +171,10 @@ class QemuProvider(Provider):
             if not self.user_image.is_file():
                 raise ConfigError(f"--path-to-vm {opts.path_to_vm!r} is not a disk image file")
             self.user_format = image_format(self.user_image)
+        #: whether a VM of this pool booted (its disk served the agent): until one has, a
+        #: --path-to-vm disk whose agent never answered is the run's settings, and the VM, its
+        #: spare and every replacement would wait out the boot timeout in turn
+        self._disk_booted = False
         self.base_dir = Path(base_dir) if base_dir else base_dir_default()
         self.run_dir = pool_folder(self.base_dir, run_id, new_pool_key())  # this pool's own
         checked_socket(self.run_dir, LONG_VM_ID, "qmp.sock", env=BASE_DIR_ENV)
@@ -244,10 +251,14 @@ class QemuProvider(Provider):
             kill_qemu(private)
             shutil.rmtree(vm_dir, ignore_errors=True)
             remove_run_dir_if_empty(self.run_dir)
+            if isinstance(exc, AgentNeverAnswered) and self.user_image is not None and not self._disk_booted:
+                raise VMSettingsMismatch(f"VM {vm_id} did not boot from {self.user_image}: {exc}{detail}. "
+                                         f"{self._never_booted()}") from None
             if isinstance(exc, (VMError, ConfigError, ProviderUnavailable)):
                 disk = f" from {self.user_image}" if self.user_image else ""
                 raise type(exc)(f"VM {vm_id} did not boot{disk}: {exc}{detail}") from None
             raise
+        self._disk_booted = True
         info = VMInfo(vm_id=vm_id, provider=self.name, address=client.address,
                       run_id=self.run_id, private=private)
         try:
@@ -386,6 +397,13 @@ class QemuProvider(Provider):
                     raise
                 children.pop(proc.pid, None)  # the port was taken meanwhile: try another
         raise VMError("no free loopback port for the guest agent after 5 attempts")
+
+    def _never_booted(self) -> str:
+        """What to change when no VM of the --path-to-vm disk has booted in this run."""
+        disk, timeout = self.options.said("path_to_vm"), self.options.said("boot_timeout_s")
+        return (f"No VM of this disk booted in this run, so no replacement would: give {disk} a disk whose "
+                f"system serves the guest agent on port {GUEST_PORT} {resume_note('--path-to-vm')}, or more "
+                f"time with {timeout} {resume_note('--boot-timeout-s')}")
 
     def _write_meta(self, vm_id: str, vm_dir: Path, private: dict) -> None:
         write_meta(vm_dir, {"run_id": self.run_id, "vm_id": vm_id, "created": time.time(),

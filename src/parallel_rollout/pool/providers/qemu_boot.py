@@ -25,6 +25,10 @@ from .common import log_tail
 _BIOS_BOOT_LINES = ("Booting from ", "Boot failed", "No bootable device")
 
 
+class AgentNeverAnswered(VMError):
+    """A boot whose guest agent did not answer within the boot timeout, QEMU still running."""
+
+
 def user_disk_argv(vm_dir: Path) -> list[str]:
     """QEMU's flags for booting a user's disk: the BIOS's debug port into ``bios.log``, and a
     BIOS that finds nothing to boot rebooting at once (QEMU then exits: ``-no-reboot``)."""
@@ -44,7 +48,7 @@ def wait_for_agent(client, proc: subprocess.Popen | None, deadline: float, budge
     try:
         wait_ready(client, deadline, check_alive=qemu_alive, max_delay_s=0.2, budget_s=budget_s)
     except GuestUnreachable as exc:
-        raise VMError(f"the guest agent did not answer within the boot timeout, {budget_s:g}s under "
+        raise AgentNeverAnswered(f"the guest agent did not answer within the boot timeout, {budget_s:g}s under "
                       f"{accel.upper()} (--boot-timeout-s) ({exc})") from None
 
 
