@@ -15,7 +15,9 @@ import time
 
 import psutil
 import pytest
+from click.testing import CliRunner
 
+from parallel_rollout.cli import main
 from parallel_rollout.errors import ConfigError, ProviderUnavailable
 from parallel_rollout.pool.providers import get_provider, images, qemu, qemu_image
 from parallel_rollout.pool.providers.base import ProviderOptions
@@ -110,7 +112,7 @@ def test_rejects_what_it_cannot_honour(image, tmp_path):  # a stale image would 
         QemuProvider("r", ProviderOptions(memory_mb=16))
     with pytest.raises(ConfigError, match="not a disk image"):
         QemuProvider("r", ProviderOptions(path_to_vm=str(tmp_path / "nope.qcow2")))
-    with pytest.raises(ConfigError, match="snapshot name"):
+    with pytest.raises(ConfigError, match="--snapshot-name 'two words' must be 1-64 letters"):
         QemuProvider("r", ProviderOptions(snapshot_name="two words"))
     disk = tmp_path / "mine.raw"
     disk.write_bytes(b"\0" * 1024 * 1024)
@@ -118,6 +120,22 @@ def test_rejects_what_it_cannot_honour(image, tmp_path):  # a stale image would 
     assert (provider.user_image, provider.user_format, provider.snapshot_name) == \
         (disk, "raw", "clean")
     assert "-kernel" not in provider._argv("vm0", tmp_path, "tcg", 5555)  # it boots itself
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
+def test_a_snapshot_name_qemu_cannot_take_is_refused_naming_the_flag(image, tmp_path, dry_run):
+    """A --snapshot-name that is no qemu snapshot's name: refused before anything boots (exit 2),
+    naming the flag; it said "snapshot name 'two words' must be …", no setting's name."""
+    data = tmp_path / "tasks.jsonl"
+    data.write_text('{"id": "t0", "mode": "shell", "instruction": "x", "check": "true", "reference": ["true"]}\n')
+    result = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(data), "--agent", "oracle", "--provider-name", "qemu",
+        "--snapshot-name", "two words", "--num-rollouts", "1", "--output-dir", str(tmp_path / "out"),
+        "--run-id", "r", "--no-progress", *(["--dry-run"] if dry_run else [])])
+    assert result.exit_code == 2, result.output
+    assert "--snapshot-name 'two words' must be 1-64 letters, digits, '.', '_' or '-'" in result.output, \
+        result.output
+    assert not (tmp_path / "out" / "r").exists()
 
 
 def test_a_pool_the_host_ram_cannot_hold_is_refused_before_anything_starts(tmp_path, caplog):

@@ -162,7 +162,7 @@ class QemuProvider(Provider):
                            explicit=opts.memory_mb is not None)
         self.snapshot_name = opts.snapshot_name or DEFAULT_SNAPSHOT
         if not _SAFE_SNAPSHOT.match(self.snapshot_name):
-            raise ConfigError(f"snapshot name {self.snapshot_name!r} must be 1-64 letters, "
+            raise ConfigError(f"--snapshot-name {self.snapshot_name!r} must be 1-64 letters, "
                               "digits, '.', '_' or '-'")
         self.user_image: Path | None = None
         self.user_format = "qcow2"
