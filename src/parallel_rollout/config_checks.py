@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .errors import ConfigError
-from .vm_address import check_placeholders, normalize_address
+from .vm_address import check_distinct, check_placeholders
 
 
 #: how a setting read from an environment variable is said to come from (``RunConfig.sources``)
@@ -331,8 +331,7 @@ def validate_ranges(cfg: Any) -> None:
         if not cfg.run_id or "/" in cfg.run_id or cfg.run_id in (".", ".."):
             raise ConfigError(f"--run-id {cfg.run_id!r} must be a plain folder name")
     if cfg.provider_name == "remote":  # checked here, its errors say where a config file gave them
-        for address in cfg.vm_address:
-            normalize_address(address)
+        check_distinct(cfg.vm_address)
         check_placeholders(cfg.reset_command or "")
     check_finite(cfg)
 

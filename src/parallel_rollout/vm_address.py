@@ -54,3 +54,14 @@ def normalize_address(raw: str) -> str:
         raise ConfigError(f"--vm-address {raw!r} must be HOST, HOST:PORT or http://HOST:PORT "
                           "with a port from 1 to 65535")
     return f"http://{host}:{int(port)}"
+
+
+def check_distinct(raw: list[str] | tuple[str, ...]) -> list[str]:
+    """The normalized addresses of ``raw`` (``normalize_address``); ConfigError naming any two
+    that are one machine (``10.0.0.5`` and ``10.0.0.5:5000``): its VMs would reset each other."""
+    addresses = [normalize_address(address) for address in raw]
+    doubled = sorted({address for address in addresses if addresses.count(address) > 1})
+    if doubled:
+        raise ConfigError(f"--vm-address names {', '.join(doubled)} more than once; "
+                          "two VMs on one machine would reset each other")
+    return addresses

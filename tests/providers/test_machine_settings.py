@@ -30,14 +30,19 @@ from providers.test_remote_boot_settings import _shell_tasks
     ("", ["--reset-command", "true", "--num-rollouts", "3"], {"PARALLEL_ROLLOUT_VM_ADDRESS": "127.0.0.1:5000,127.0.0.1:5001"},
      "give one address per VM, or fewer VMs (vm-address = \"127.0.0.1:5000,127.0.0.1:5001\" from the environment "
      "variable PARALLEL_ROLLOUT_VM_ADDRESS)"),
-], ids=["address-in-config", "placeholder-in-config", "address-in-environment", "too-few-in-environment"])
+    ('vm-address = ["127.0.0.1", "127.0.0.1:5000"]\n', ["--reset-command", "true", "--use-vm-pool", "--num-vms", "2"],
+     {}, "--vm-address names http://127.0.0.1:5000 more than once; two VMs on one machine would reset each other "
+     "(vm-address = [\"127.0.0.1\", \"127.0.0.1:5000\"] in CONFIG)"),
+], ids=["address-in-config", "placeholder-in-config", "address-in-environment", "too-few-in-environment",
+        "one-machine-twice-in-config"])
 def test_a_remote_setting_given_off_the_command_line_is_refused_naming_where(tmp_path, toml, flags, env, said,
                                                                              dry_run):
     """A machine list in a --config file (or the environment) with an entry that is no address,
     a reset command there with a typo'd placeholder: refused before anything starts (exit 2,
     no run folder), naming the file or variable it came from as the other settings' errors do;
     the message named only the flag, which the command line never gave. A variable's list is
-    quoted as its text, as typed (it was said as a list, ["127.0.0.1:5000", "user@127.0.0.1"])."""
+    quoted as its text, as typed (it was said as a list, ["127.0.0.1:5000", "user@127.0.0.1"]).
+    One machine listed twice was refused by the provider, without saying where."""
     (tmp_path / "machines.toml").write_text(toml)
     result = CliRunner().invoke(main, [
         "--mode", "shell", "--data", str(_shell_tasks(tmp_path, 1)), "--agent", "oracle",

@@ -83,7 +83,7 @@ import threading
 import time
 
 from ... import process_group
-from ...vm_address import RESET_PLACEHOLDERS, check_placeholders, normalize_address
+from ...vm_address import RESET_PLACEHOLDERS, check_distinct, check_placeholders
 from ...errors import ConfigError, GuestKeyRefused, GuestUnreachable, VMError, VMSettingsMismatch
 from ...guest.client import keyed_address, shown_address
 from . import verify_guest
@@ -134,11 +134,7 @@ class RemoteProvider(Provider):
         if not raw:
             raise ConfigError("the remote provider needs the guest addresses of its VMs: "
                               "--vm-address HOST[:PORT] (repeat it, or a comma list), one per VM")
-        self.addresses = [normalize_address(a) for a in raw]
-        doubled = sorted({a for a in self.addresses if self.addresses.count(a) > 1})
-        if doubled:
-            raise ConfigError(f"--vm-address names {', '.join(doubled)} more than once; "
-                              "two VMs on one machine would reset each other")
+        self.addresses = check_distinct(raw)
         command = getattr(opts, "reset_command", None)
         if command is None or not command.strip():
             raise ConfigError(

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from ...errors import ConfigError, GuestUnreachable, VMError, VMSettingsMismatch
 from ...guest.client import keyed_address
+from ...vm_address import normalize_address
 from . import verify_guest
 from .boot_checks import READY_ROUTE, check_screen
-from .remote import NO_RESET, key_refused, normalize_address, read_key
+from .remote import NO_RESET, key_refused, read_key
 
 #: how long the dry run waits for each machine's agent to answer
 PREFLIGHT_TIMEOUT_S = 5.0
