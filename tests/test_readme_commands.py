@@ -349,6 +349,15 @@ def test_the_data_plane_benchmark_prints_both_paths():
     assert "goal: dispatch gap p99 < 50 ms on the new path" in proc.stdout, proc.stdout
 
 
+def test_the_data_plane_benchmark_refuses_a_batch_that_fills_its_slots():
+    """`--trajectories 16`, its docstring's quicker run, on 2 workers x 8 env loops: every group
+    started at once, no record was followed by a dispatch, and it printed a gap of nan and
+    "goal … NOT met" after two minutes of runs. Refused at once, naming the flag."""
+    proc = bash("python benchmarks/rl/data_plane.py --trajectories 16", ROOT, env=INSTALLED, timeout=120)
+    assert proc.returncode == 2 and "--trajectories 16 measures no dispatch gap" in proc.stderr, proc.stderr
+    assert "give more than 16" in proc.stderr and "nan" not in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_the_layer_check_commands_run_as_printed():
     """`python tests/import_layers.py --check` (the violations: none) and
     `python tests/import_layers.py` (the README's block), as the Layout section prints them."""

@@ -1,7 +1,7 @@
 """The engine's gap between a finished record and the next dispatch, on an OSWorld-shaped batch.
 
     python benchmarks/rl/data_plane.py                      # 64 trajectories × 100 turns × 300 KB
-    python benchmarks/rl/data_plane.py --trajectories 16    # quicker
+    python benchmarks/rl/data_plane.py --trajectories 24    # quicker
 
 One run, two schedulers in turn (each its own engine and workers), both collecting one batch
 of the test mode ``screens:ScreenEnv`` (tests/rl/screens.py: a new screenshot every turn, the
@@ -150,6 +150,11 @@ def main() -> None:
     parser.add_argument("--loops", type=int, default=8)
     parser.add_argument("--paths", default="old,new", help="which paths to measure, in order")
     args = parser.parse_args()
+    slots = args.workers * args.loops
+    if args.trajectories <= slots:  # every group starts at once: no record comes while work waits
+        parser.error(f"--trajectories {args.trajectories} measures no dispatch gap: {args.workers} workers x "
+                     f"{args.loops} env loops start all of them at once, so no record is followed by a "
+                     f"dispatch; give more than {slots} (e.g. {slots + 8})")
     CLOCK.install()
     with tempfile.TemporaryDirectory(prefix="pr-data-plane-") as tmp:
         folder = Path(tmp)
