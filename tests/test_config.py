@@ -202,8 +202,8 @@ def test_out_of_range_tunables_of_a_config_file_are_rejected(tmp_path, line, mes
     ("flag", ["--sampling", "top_p=NaN"], "--sampling top_p must be a finite number, got nan"),
     ("file", "task-timeout = inf", "--task-timeout must be a finite number, got inf (task-timeout = inf in"),
     ("file", "shutdown-grace-s = inf", "shutdown-grace-s must be a finite number, got inf"),
-    ("file", "lease_timeout_s = inf", "lease-timeout-s must be a finite number, got inf"),
-    ("file", "[extra_body]\ntop_k = nan", "extra-body top_k must be a finite number, got nan"),
+    ("file", "lease_timeout_s = inf", "lease_timeout_s must be a finite number, got inf"),  # as written
+    ("file", "[extra_body]\ntop_k = nan", "extra_body top_k must be a finite number, got nan"),
     ("variable", "PARALLEL_ROLLOUT_TASK_TIMEOUT", "--task-timeout must be a finite number, got inf (task-timeout = "
                                                   "inf from the environment variable PARALLEL_ROLLOUT_TASK_TIMEOUT)"),
 ])
@@ -266,9 +266,9 @@ def test_vm_settings_of_a_mode_that_runs_in_no_vm_are_warned_of(tmp_path):
                     "--dry-run", data=None)
     said = " ".join(result.output.split())
     assert result.exit_code == 0, result.output
-    for name in ("--boot-timeout-s", "max-vm-replacements", "--spare-vms", "--verify-reset"):
+    for name in ("--boot-timeout-s", "max_vm_replacements", "--spare-vms", "--verify-reset"):  # the key as written
         assert f"{name} is not used by this run: the gym mode runs in no VM" in said, said
-    assert f"(max-vm-replacements = 2 in {tmp_path / 'run.toml'}); it is ignored" in said, said
+    assert f"(max_vm_replacements = 2 in {tmp_path / 'run.toml'}); it is ignored" in said, said
     shell = invoke(tmp_path, "--mode", "shell", "--use-vm-pool", "--num-vms", "1", "--spare-vms", "1", "--dry-run")
     assert shell.exit_code == 0 and "is not used" not in shell.output, shell.output
 
@@ -332,7 +332,7 @@ def test_a_model_clients_setting_with_an_agent_that_calls_no_model_is_rejected(t
     path.write_text(f"{key} = {value}\n")
     extra = ["--agent-cmd", "true"] if agent == "command" else []
     assert_usage_error(invoke(tmp_path, "--agent", agent, *extra, "--config", str(path)), tmp_path,
-                       f"the setting {key.replace('_', '-')} is not used by this run",
+                       f"the setting {key} is not used by this run",  # the key as the file writes it
                        "it only applies to agents that call a model")
 
 

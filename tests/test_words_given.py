@@ -92,3 +92,20 @@ def test_one_task_is_said_as_one(tmp_path):
     one = write_tasks(tmp_path / "one.jsonl", [shell_task("a")])
     said = cli_output(tmp_path, "--data", str(one), "--dry-run", exit_code=0)
     assert ": 1 task, 1 runnable" in said and "1 tasks," not in said, said
+
+
+def test_a_key_a_config_file_writes_with_underscores_is_said_as_written(tmp_path):
+    """A key with no flag, written ``min_free_disk_mb`` (as the README's Python does, and as
+    the keys may be), was said ``min-free-disk-mb``, a word the file does not hold; where a
+    flag's value was set, ``(num-vms = 0 in run.toml)`` for ``num_vms = 0``, likewise. Dashes
+    stay dashes."""
+    said = cli_output(tmp_path, "--data", str(SHELL_TASKS), toml="min_free_disk_mb = -1")
+    assert said.startswith("Error: min_free_disk_mb must be 0 or more, got -1 (min_free_disk_mb = -1 in "
+                           "TMP/run.toml)"), said
+    said = cli_output(tmp_path, "--data", str(SHELL_TASKS), "--use-vm-pool", toml="num_vms = 0")
+    assert said.startswith("Error: --num-vms must be at least 1 (num_vms = 0 in TMP/run.toml)"), said
+    said = cli_output(tmp_path, "--data", str(SHELL_TASKS), "--agent", "oracle", "--dry-run",
+                      toml="[extra_body]\ntop_k = 1")
+    assert "the setting extra_body is not used by this run" in said and "extra-body" not in said, said
+    said = cli_output(tmp_path, "--data", str(SHELL_TASKS), toml="min-free-disk-mb = -1")
+    assert said.startswith("Error: min-free-disk-mb must be 0 or more, got -1 (min-free-disk-mb = -1 in "), said

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .config_checks import (RESUME_READS, flag_name, parse_sampling, set_off_the_command_line, set_where,
-                            setting_name, unknown_key, validate_ranges)
+                            setting_name, unknown_key, validate_ranges, written_in)
 from .errors import ConfigError
 from .setting_types import PATH_SETTINGS, check_keywords, checked_value, one_or_list, split_addresses
 
@@ -270,6 +270,11 @@ _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig) if f.name not in ("e
 
 def load_toml(path: str | Path) -> dict[str, Any]:
     """Read a TOML config file whose keys are the flag names (dashes or underscores)."""
+    return settings(*_toml_table(path))
+
+
+def _toml_table(path: str | Path) -> tuple[dict[str, Any], str]:
+    """A TOML config file's run settings as it writes them, and the path its errors name."""
     path = Path(path).expanduser()
     try:
         with path.open("rb") as fh:
@@ -279,7 +284,7 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     # task_sets: the RL schedulers' named task sets (rl.config.load_task_sets)
-    return settings({k: v for k, v in raw.items() if k != "task_sets"}, str(path))
+    return {k: v for k, v in raw.items() if k != "task_sets"}, str(path)
 
 
 def settings(raw: dict[str, Any], where: str) -> dict[str, Any]:
@@ -303,9 +308,12 @@ def build_config(flags: dict[str, Any], config_file: str | None = None,
     error says where it was set: the file, the run's config.json, or ``flag_sources``
     (the CLI's "from the environment variable …")."""
     values: dict[str, Any] = {}
+    keys: dict[str, str] = {}  # the file's keys, as it writes them: errors say shutdown_grace_s so
     if config_file:
-        values.update(load_toml(config_file))
-    sources = {name: f"in {config_file}" for name in values if name not in flags}
+        table, where = _toml_table(config_file)
+        values.update(settings(table, where))
+        keys = {key.replace("-", "_"): key for key in table}
+    sources = {name: written_in(keys[name], f"in {config_file}") for name in values if name not in flags}
     sources.update(flag_sources or {})
     values.update(flags)
     for name in PATH_SETTINGS:

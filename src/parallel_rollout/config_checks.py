@@ -27,6 +27,27 @@ FROM_VARIABLE = "from the environment variable "
 TYPED = "typed "
 
 
+#: a config file's source (``RunConfig.sources``) when it wrote the key with underscores, not
+#: as the flag is spelt: "written shutdown_grace_s in run.toml", the key its errors say
+WRITTEN = "written "
+
+
+def written_in(key: str, source: str) -> str:
+    """The source of a setting that ``source`` (``in run.toml``) gives as ``key``: a ``WRITTEN``
+    one when the key is not the flag's spelling (``shutdown_grace_s``), else ``source``."""
+    return f"{WRITTEN}{key} {source}" if "_" in key else source
+
+
+def key_and_where(name: str, source: str) -> tuple[str, str]:
+    """Setting ``name``, set off the command line, as its ``source`` writes it, and where:
+    (``num-vms``, ``in run.toml``); a key written with underscores (a ``WRITTEN`` source) as
+    written, (``shutdown_grace_s``, ``in run.toml``); a Python call's keyword, (``num_vms``, ``in run()``)."""
+    if source.startswith(WRITTEN):
+        key, _, where = source[len(WRITTEN):].partition(" ")
+        return key, where
+    return (name if source.endswith("()") else name.replace("_", "-")), source
+
+
 def set_off_the_command_line(sources: dict[str, str], name: str) -> str | None:
     """Where setting ``name`` was set when not on the command line (``RunConfig.sources``: "in
     run.toml", "from the environment variable …", "in run()"), else None: given as a flag (in
@@ -58,7 +79,7 @@ def setting_name(cfg: Any, name: str) -> str:
     if name not in FLAGLESS:
         return flag_name(cfg, name)
     source = set_off_the_command_line(getattr(cfg, "sources", {}), name)
-    return name if source is None or source.endswith("()") else name.replace("_", "-")
+    return name if source is None else key_and_where(name, source)[0]
 
 
 #: the source of the settings a Python call gave (``api.run``): they are said as Python spells them
@@ -77,11 +98,9 @@ def as_given(cfg: Any, name: str, with_value: bool = False) -> str:
     if source is not None and not source.endswith(RESUME_READS):
         if with_value:
             return set_where(name, value, source)
-        if source.endswith("()"):
-            return f"{name} {source}"
         if source.startswith("from "):  # from the environment variable …
             return source[len("from "):]
-        return f"{name.replace('_', '-')} {source}"
+        return " ".join(key_and_where(name, source))
     if source is None and PYTHON_CALL in sources.values():
         return f"{name}={typed_text(value, python=True)}" if with_value else name
     flag = flag_name(cfg, name)
@@ -107,13 +126,14 @@ def said_if_given(cfg: Any, name: str) -> str | None:
 def set_where(name: str, value: Any, source: str) -> str:
     """A setting set off the command line, as its source spells it: ``num-vms = 0 in run.toml``,
     or ``num_vms=0 in run()`` for a Python call's keyword (``in preflight()`` too); its value as typed."""
+    key, source = key_and_where(name, source)
     if source.endswith("()"):
-        return f"{name}={typed_text(value, python=True)} {source}"
+        return f"{key}={typed_text(value, python=True)} {source}"
     if source.startswith(FROM_VARIABLE) and isinstance(value, (list, tuple)):
         # a list read from a variable is its text split (at spaces by click, at commas by
         # --vm-address): the text typed, not a list no one wrote
         value = os.environ.get(source[len(FROM_VARIABLE):], value)
-    return f"{name.replace('_', '-')} = {typed_text(value)} {source}"
+    return f"{key} = {typed_text(value)} {source}"
 
 
 #: request fields --sampling and extra_body may not set: the agent sends them itself
