@@ -73,6 +73,7 @@ def test_compare_pairs_no_sample_of_another_mode_and_the_gate_gives_no_verdict(t
     assert result.exit_code == 5, result.output
     assert ("samples: the runs' modes differ (A py, B shell): 1 sample id(s) in both are another task in each, "
             "not paired; compared on the intersection of 0 samples (1 only in A, 1 only in B)") in result.output
+    assert "success rate: - -> -  (no shared sample: no test)" in result.output, result.output
     page = (tmp_path / "out" / "shell-night" / "compare-py-night.html").read_text()
     assert "the runs&#x27; modes differ (A py, B shell)" in page
 

@@ -214,6 +214,8 @@ class Comparison:
     def test_notes(self) -> tuple[str, str]:
         """How the pass/fail and the reward tests came out, in words (text and page)."""
         pf, rw = self.pass_fail, self.rewards
+        if not self.shared:  # "McNemar exact p=1, not significant" said a test of nothing
+            return ("no shared sample: no test", "no shared sample: no test")
 
         def verdict(result: PairedResult) -> str:
             return "significant" if result.significant else "not significant"
