@@ -15,19 +15,37 @@ DEFAULT_PORT = 5000
 #: what a remote --reset-command's ``{name}`` is replaced with (pool/providers/remote.py)
 RESET_PLACEHOLDERS = ("address", "host", "port", "vm_id", "run_id")
 
+#: the placeholders, as a message lists them
+PLACEHOLDERS_SAID = ", ".join(f"{{{name}}}" for name in RESET_PLACEHOLDERS)
+
+
+def braced_names(command: str) -> list[str]:
+    """Each ``{name}`` of ``command`` once, in order (not the shell's ``${name}``)."""
+    return list(dict.fromkeys(re.findall(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}", command)))
+
 
 def check_placeholders(command: str) -> None:
     """ConfigError naming each ``{name}`` of ``command`` that reads as a typo of a placeholder
     (another case, or close to one): only the known names are replaced."""
     typos = []
-    for name in dict.fromkeys(re.findall(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}", command)):
+    for name in braced_names(command):
         close = difflib.get_close_matches(name.lower(), RESET_PLACEHOLDERS, n=1, cutoff=0.7)
         if name not in RESET_PLACEHOLDERS and close:
             typos.append(f"{{{name}}} (did you mean {{{close[0]}}}?)")
     if typos:
         raise ConfigError(f"--reset-command: unknown placeholder {', '.join(typos)}; the placeholders are "
-                          + ", ".join(f"{{{name}}}" for name in RESET_PLACEHOLDERS)
-                          + " (other braces are left as they are)")
+                          f"{PLACEHOLDERS_SAID} (other braces are left as they are)")
+
+
+def left_as_typed(command: str) -> str:
+    """What a failed reset command's error adds when ``command`` holds a ``{name}`` that is no
+    placeholder and too far from one to be refused as a typo (``{hostname}``): it ran as those
+    characters, which the command's own complaint may not say; "" when it holds none."""
+    names = [f"{{{name}}}" for name in braced_names(command) if name not in RESET_PLACEHOLDERS]
+    if not names:
+        return ""
+    return (f" ({', '.join(names)} {'is no placeholder' if len(names) == 1 else 'are no placeholders'} and ran "
+            f"as typed; the placeholders are {PLACEHOLDERS_SAID})")
 
 
 def normalize_address(raw: str) -> str:

@@ -91,12 +91,17 @@ def test_a_machine_that_does_not_answer_is_named_with_the_flags_to_check(tmp_pat
     ("file", "echo reverting; exec sleep 30", 1, "the reset command (reset-command in CONFIG) did not finish within "
      "1s (killed; boot-timeout-s in CONFIG allows more); output: reverting"),
     ("flag", "echo reverting; exit 3", 1, "the reset command (--reset-command) exited with 3: reverting"),
-], ids=["exit-in-config", "not-found-in-environment", "timeout-in-config", "exit-on-the-command-line"])
+    ("flag", "echo no such machine {hostname}; exit 3", 1, "the reset command (--reset-command) exited with 3: no "
+     "such machine {hostname} ({hostname} is no placeholder and ran as typed; the placeholders are {address}, "
+     "{host}, {port}, {vm_id}, {run_id})"),
+], ids=["exit-in-config", "not-found-in-environment", "timeout-in-config", "exit-on-the-command-line",
+        "no-placeholder"])
 def test_a_reset_command_that_fails_is_named_as_it_was_given(tmp_path, given, command, code, said):
     """The reset command's own failures (an exit status, a command past --boot-timeout-s, a
     program not found) name the setting as the user gave it: a config file's key, the
     variable, the flag. They said "the reset command", and "fix --reset-command" to whoever
-    set it in a file or the environment. The command fails before any agent is asked."""
+    set it in a file or the environment. One whose {name} is no placeholder, nor close enough to
+    one to be refused at the start, says it ran as typed. The command fails before any agent is asked."""
     config = tmp_path / "machines.toml"
     config.write_text(f"vm-address = \"127.0.0.1:{_free_port()}\"\nboot-timeout-s = 1\n"
                       + (f"reset-command = {json.dumps(command)}\n" if given == "file" else ""))

@@ -83,7 +83,7 @@ import threading
 import time
 
 from ... import process_group
-from ...vm_address import RESET_PLACEHOLDERS, check_distinct, check_placeholders
+from ...vm_address import RESET_PLACEHOLDERS, check_distinct, check_placeholders, left_as_typed
 from ...errors import ConfigError, GuestKeyRefused, GuestUnreachable, VMError, VMSettingsMismatch
 from ...guest.client import keyed_address, shown_address
 from . import verify_guest
@@ -302,11 +302,11 @@ class RemoteProvider(Provider):
                 raise
             if code in UNRUNNABLE:  # the shell's own word: no later reset or boot finds the program
                 raise VMSettingsMismatch(f"VM {info.vm_id} ({where}): {self._command} exited with {code}, "
-                                         f"{UNRUNNABLE[code]}: {_tail(output)}; fix {self.options.said('reset_command')} "
-                                         "(a resume may give another)")
+                                         f"{UNRUNNABLE[code]}: {_tail(output)}{left_as_typed(self.reset_command)}; "
+                                         f"fix {self.options.said('reset_command')} (a resume may give another)")
             if code != 0:
                 raise VMError(f"VM {info.vm_id} ({where}): {self._command} exited "
-                              f"with {code}: {_tail(output)}")
+                              f"with {code}: {_tail(output)}{left_as_typed(self.reset_command)}")
 
 
 
