@@ -109,3 +109,14 @@ def test_a_key_a_config_file_writes_with_underscores_is_said_as_written(tmp_path
     assert "the setting extra_body is not used by this run" in said and "extra-body" not in said, said
     said = cli_output(tmp_path, "--data", str(SHELL_TASKS), toml="min-free-disk-mb = -1")
     assert said.startswith("Error: min-free-disk-mb must be 0 or more, got -1 (min-free-disk-mb = -1 in "), said
+
+
+def test_a_misspelt_env_manager_field_names_the_one_meant():
+    """EnvManagerConfig(num_env_group=8), a trainer's other dataclass, raised the same bare
+    TypeError."""
+    from parallel_rollout.rl import EnvManagerConfig
+
+    with pytest.raises(TypeError, match=r"^EnvManagerConfig\(\) got an unexpected keyword argument 'num_env_group'; "
+                                        r"did you mean num_env_groups\?$"):
+        EnvManagerConfig(num_env_group=8, group_size=2)
+    assert EnvManagerConfig(num_env_groups=8, group_size=2).num_env_groups == 8

@@ -135,8 +135,8 @@ def test_an_output_dir_without_room_is_refused_as_the_scheduler_is_made(tmp_path
                         r"\(min_free_disk_mb\) for its results, trajectories and logs", message), message
     (tmp_path / "run.toml").write_text(f"min_free_disk_mb = {2**40}\n")
     said = _cli_refusal(tmp_path, server.url, "--config", str(tmp_path / "run.toml"))
-    # the CLI says the key where its user set it (min_free_disk_mb is the RunConfig's word)
-    assert f"a run wants at least {2**40} MB (min-free-disk-mb in {tmp_path / 'run.toml'})" in said, said
+    # the CLI says the key where its user set it, as the file writes it
+    assert f"a run wants at least {2**40} MB (min_free_disk_mb in {tmp_path / 'run.toml'})" in said, said
 
 
 @pytest.mark.parametrize("changes, manager, says", [

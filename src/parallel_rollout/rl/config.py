@@ -35,7 +35,7 @@ from typing import Any, Mapping
 from ..config import RunConfig
 from ..config_checks import check_no_stray_fields, check_vm_sharing, validate_ranges
 from ..errors import ConfigError, TaskFileError
-from ..setting_types import check_fields
+from ..setting_types import check_fields, check_keywords
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,11 @@ class EnvManagerConfig:
     max_env_num_per_worker: int | None = None
     #: tag name -> TaskSet, for tags that are neither built in nor a mode's name
     task_sets: dict[str, TaskSet] = field(default_factory=dict)
+
+    def __new__(cls, *args: Any, **keywords: Any) -> EnvManagerConfig:
+        # a misspelt field (num_env_group=8) is named with the one meant, as RunConfig's is
+        check_keywords(cls, keywords)
+        return super().__new__(cls)
 
     @property
     def members(self) -> int:
