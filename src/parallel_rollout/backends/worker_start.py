@@ -106,7 +106,8 @@ def acquire(plugins: list[str] | tuple[str, ...] = (), deadline_s: float = 300.0
     global _users, _plugins, _also, _deadline_s
     with _lock:
         if _users == 0:
-            _plugins, _also, _deadline_s = list(plugins), list(also), deadline_s
+            # a mode and an agent of one module are one import, named once
+            _plugins, _also, _deadline_s = list(dict.fromkeys(plugins)), list(also), deadline_s
             server = forkserver._forkserver  # noqa: SLF001 - the stdlib's one server
             modules = dict.fromkeys([*PRELOAD, *getattr(server, "_preload_modules", [])])
             modules.pop("__main__", None)  # preloaded here, with its path (_preload_main)
