@@ -32,6 +32,11 @@ from parallel_rollout.rl.config import EnvManagerConfig, TaskSet, load_task_sets
     ({"tags": ["a"], "num_groups_partition": [-1]}, "list of counts >= 1"),
     ({"tags": ["a", "b"], "num_groups_partition": [0, 0]}, "list of counts >= 1"),
     ({"tags": ["a", "b"], "num_groups_partition": [2, 0]}, "list of counts >= 1"),
+    # a path where the TaskSet goes: an AttributeError ('str' object has no attribute 'mode')
+    ({"tags": ["lakes"], "task_sets": {"lakes": "lakes.jsonl"}},
+     r"^EnvManagerConfig.task_sets\['lakes'\] must be a parallel_rollout.rl.TaskSet\(mode, data\), "
+     r"got str 'lakes.jsonl'"),
+    ({"task_sets": [TaskSet("gym", "frozenlake")]}, "task_sets must be a dict of tag -> TaskSet"),
 ])
 def test_bad_values_name_the_field(kwargs, message):
     with pytest.raises(ConfigError, match=message):

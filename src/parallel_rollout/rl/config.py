@@ -106,6 +106,13 @@ class EnvManagerConfig:
             raise ConfigError(f"EnvManagerConfig.group_size_redundancy must be 0 or more, got "
                               f"{self.group_size_redundancy!r}")
         self.group_size_redundancy = redundancy
+        if not isinstance(self.task_sets, dict):
+            raise ConfigError(f"EnvManagerConfig.task_sets must be a dict of tag -> TaskSet, "
+                              f"got {self.task_sets!r:.100}")
+        for tag, task_set in self.task_sets.items():  # a path or parallel_rollout.tasks' TaskSet failed on .mode
+            if not isinstance(task_set, TaskSet):
+                raise ConfigError(f"EnvManagerConfig.task_sets[{tag!r}] must be a parallel_rollout.rl.TaskSet(mode, "
+                                  f"data), got {type(task_set).__name__} {task_set!r:.80}")
         if self.tags is not None:
             if isinstance(self.tags, str) or not self.tags or not all(isinstance(t, str) and t for t in self.tags):
                 raise ConfigError(f"EnvManagerConfig.tags must be a non-empty list of names, got {self.tags!r}")
