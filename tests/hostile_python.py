@@ -180,9 +180,10 @@ PYTHON_ROWS["rig_check_unittest_env_cleared_by_path"] = (
 #: command by its session (guest/agent_sessions.py), as the fronts do, and starts again with its names
 
 
-def env_empty(argv: str) -> str:
-    """A check's python3 that runs ``argv`` (a Python list's items) with ``env={}``, exiting with its code."""
-    return f"python3 -c 'import subprocess, sys; sys.exit(subprocess.run([{argv}], env={{}}).returncode)'"
+def env_empty(argv: str, env: str = "{}") -> str:
+    """A check's python3 that runs ``argv`` (a Python list's items) with ``env`` (a dict's
+    display: none of the grading names), exiting with its code."""
+    return f"python3 -c 'import subprocess, sys; sys.exit(subprocess.run([{argv}], env={env}).returncode)'"
 
 
 PYTHON_ROWS["rig_check_unittest_env_empty"] = (
@@ -221,6 +222,39 @@ PYTHON_ROWS["rig_check_python_pycache_prefix_pth"] = (
     [USER_PTH], PYTHON_ROWS["rig_check_python_home_given_pth"][1].replace("\"HOME\": os.environ[\"HOME\"]", PYCACHE_ELSEWHERE), False)
 PYTHON_ROWS["rig_check_python_x_pycache_prefix_pth"] = (
     [USER_PTH], env_empty('"python3", "-X", "pycache_prefix=" + __import__("tempfile").mkdtemp(), "-c", "import sys; sys.exit(3)"'), False)
+#: a check's python that reads its bytecode from a folder of the check's choosing that the answer can
+#: guess (/tmp/pr-pyc) read the answer's timestamp pycs there, their date and size the source's:
+#: encodings' (read as python starts, before any front), sitecustomize's, a stdlib module's; their
+#: os._exit(0) passed the check. The guest's encodings is bytecode alone, and a grading python reads
+#: no bytecode from its cache folder written before the grading command began
+PREFIX_FOLDER = "/tmp/pr-pyc"
+
+
+def forged_pycs(*modules: str) -> str:
+    """The answer's shell command that leaves in :data:`PREFIX_FOLDER` a timestamp pyc of
+    ``import os; os._exit(0)`` for each of ``modules`` that has a source, as python checks it."""
+    script = ("import importlib.util as u, marshal, os, sys\n"
+              "for name in sys.argv[1:]:\n"
+              "    source = getattr(u.find_spec(name), 'origin', None) or ''\n"
+              "    if not source.endswith('.py') or not os.path.isfile(source):\n"
+              "        continue\n"
+              "    status, pyc = os.stat(source), u.cache_from_source(source)\n"
+              "    os.makedirs(os.path.dirname(pyc), exist_ok=True)\n"
+              "    header = [0, int(status.st_mtime) & 0xFFFFFFFF, status.st_size & 0xFFFFFFFF]\n"
+              "    with open(pyc, 'wb') as out:\n"
+              "        out.write(u.MAGIC_NUMBER + b''.join(n.to_bytes(4, 'little') for n in header)"
+              " + marshal.dumps(compile('import os; os._exit(0)', source, 'exec')))\n").replace("'", '"')
+    return f"python3 -X pycache_prefix={PREFIX_FOLDER} -c '{script}' {' '.join(modules)}"
+
+
+PYTHON_ROWS["rig_check_python_pycache_prefix_encodings_pyc"] = (
+    [forged_pycs("encodings")], env_empty('sys.executable, "-c", "import sys; sys.exit(3)"',
+                                          f'{{"PYTHONPYCACHEPREFIX": "{PREFIX_FOLDER}"}}'),
+    False)
+PYTHON_ROWS["rig_check_python_pycache_prefix_sitecustomize_pyc"] = (
+    [forged_pycs("sitecustomize")], PYTHON_ROWS["rig_check_python_pycache_prefix_encodings_pyc"][1], False)
+PYTHON_ROWS["rig_check_python_x_pycache_prefix_stdlib_pyc"] = (
+    [forged_pycs("json")], f"python3 -X pycache_prefix={PREFIX_FOLDER} -c 'import json, sys; sys.exit(3)'", False)
 PYTHON_ROWS["rig_check_doctest_own_path"] = (PYTHON_ROWS["rig_check_doctest_home_module"][0],
                                              PYTHON_ROWS["rig_check_doctest_home_module"][1].replace(
                                                  "python3 -m", "PATH=/usr/bin:/bin python3 -m"), False)
@@ -257,6 +291,9 @@ PYTHON_PROGRAMS = {"rig_check_pytest_ini": "pytest", "rig_check_pytest_conftest"
                    "rig_check_python_exec_c_pth": "python3", "rig_check_python_versioned_exec_c_pth": "python3",
                    "rig_check_python_home_given_pth": "python3", "rig_check_python_pycache_prefix_pth": "python3",
                    "rig_check_python_x_pycache_prefix_pth": "python3",
+                   "rig_check_python_pycache_prefix_encodings_pyc": "python3",
+                   "rig_check_python_pycache_prefix_sitecustomize_pyc": "python3",
+                   "rig_check_python_x_pycache_prefix_stdlib_pyc": "python3",
                    "rig_check_doctest_own_path": "python3", "rig_check_doctest_isolated_by_path": "python3",
                    "rig_check_pytest_own_pythonpath_by_path": "pytest"}
 

@@ -30,7 +30,11 @@ BY_PATH = ("rig_check_unittest_env_by_path", "rig_check_unittest_isolated_by_pat
            "rig_check_python_env_empty_pth", "rig_check_python_sys_executable_env_empty_pth",
            "rig_check_python_home_given_pth", "rig_check_python_exec_c_pth", "rig_check_python_versioned_exec_c_pth",
            # and one that reads its bytecode elsewhere: the front is in encodings' source too
-           "rig_check_python_pycache_prefix_pth", "rig_check_python_x_pycache_prefix_pth")
+           "rig_check_python_pycache_prefix_pth", "rig_check_python_x_pycache_prefix_pth",
+           # the answer's pycs in a cache folder it guessed: encodings is read from the stdlib's zip,
+           # and a grading python reads no bytecode there written before it began
+           "rig_check_python_pycache_prefix_encodings_pyc", "rig_check_python_pycache_prefix_sitecustomize_pyc",
+           "rig_check_python_x_pycache_prefix_stdlib_pyc")
 SITECUSTOMIZE = "/etc/python3.11/sitecustomize.py"
 ENCODINGS = "/usr/lib/python3.11/encodings/__init__.py"
 

@@ -8,24 +8,37 @@
 # bash's `exec -c`) ran the answer's ~/.local/lib/python3.*/site-packages/*.pth so (`import os;
 # os._exit(0)` passed the check). Such a python is started again here, before `site`, as
 # ./system_sitecustomize.py starts it (with the grading names, PYTHONNOUSERSITE among them).
-# Outside grading: one stat.
+# Outside grading: one stat. A grading command's python that reads its bytecode from a folder of
+# the check's (PYTHONPYCACHEPREFIX, -X pycache_prefix) reads none there written before it began
+# (./graded_imports.py): the answer's pycs of sitecustomize, a stdlib module, ran in the check.
 def _parallel_rollout_front():
     import posix
+    import sys
     if posix.environ.get(b"PARALLEL_ROLLOUT_GRADING_SINCE"):
-        return  # a grading command's own environment: it read PYTHONNOUSERSITE
+        # a grading command's own environment: it read PYTHONNOUSERSITE
+        if sys.pycache_prefix is not None:
+            _parallel_rollout_run("/opt/parallel-rollout/grading_bin/graded_imports.py", "graded_imports_early")["guard_bytecode"]()
+        return
     try:
         posix.stat("/run/guest/grading")  # there only while a grading command runs
     except OSError:
         return
+    _parallel_rollout_run("/opt/parallel-rollout/grading_bin/system_sitecustomize.py", "encodings_front")
+
+
+def _parallel_rollout_run(path, name):
+    """The names ``path`` defines, run as ``name`` with no bytecode (where it failed, a
+    ``guard_bytecode`` that does nothing)."""
     import _io  # builtins.open is not set yet
-    path = "/opt/parallel-rollout/grading_bin/system_sitecustomize.py"
+    names = {"__name__": name, "__file__": path, "open": _io.open}
     try:
         with _io.open(path, "rb") as source:
             code = compile(source.read(), path, "exec")
-        exec(code, {"__name__": "encodings_front", "__file__": path, "open": _io.open})
+        exec(code, names)
     except Exception:  # noqa: BLE001 - the python starts as ever; the sitecustomize.py front comes later
-        pass
+        names.setdefault("guard_bytecode", lambda: None)
+    return names
 
 
 _parallel_rollout_front()
-del _parallel_rollout_front
+del _parallel_rollout_front, _parallel_rollout_run

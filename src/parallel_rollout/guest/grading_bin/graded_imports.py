@@ -18,6 +18,11 @@ tests:
   is compiled. A cache written after its source (a virtualenv's, pip's) is read as ever. So
   with pytest's own cache of the tests it rewrites (`__pycache__/test_check.*-pytest-*.pyc`),
   which it takes when the source's mtime and size match, numbers the graded code can write.
+  Bytecode read from a folder of the check's choosing (``PYTHONPYCACHEPREFIX``, ``-X
+  pycache_prefix``), not beside its source, is read only if written since the grading command
+  began: where the graded code could guess the folder (``/tmp/pyc``) it left there pycs of
+  ``sitecustomize``, of these wrappers', of a stdlib module, their date and size the source's.
+  ./encodings_front.py keeps to that from python's start (:func:`guard_bytecode`).
 """
 
 import os
@@ -102,10 +107,13 @@ def _folder_hook(path):
 
 def _stale(bytecode, source):
     """``bytecode``, in a graded folder, is older than its ``source`` (by ctime), or was not
-    written by the grading command where its source was changed by it."""
+    written by the grading command where its source was changed by it; or, in a folder of the
+    check's choosing (not the source's ``__pycache__``), was not written by the grading command."""
+    since = _since_ns()
+    if since is not None and os.path.dirname(bytecode) != os.path.join(os.path.dirname(source), "__pycache__"):
+        return not _by_the_check(bytecode, since, written=True)  # in the check's cache folder (pycache_prefix)
     if not _graded(os.path.realpath(bytecode)):
         return False
-    since = _since_ns()
     if since is not None and _by_the_check(source, since) and not _by_the_check(bytecode, since, written=True):
         return True
     try:
@@ -114,14 +122,25 @@ def _stale(bytecode, source):
         return False  # the reader says why
 
 
-_read = SourceFileLoader.get_data
+#: Python's own (this file may run twice: as ./encodings_front.py's, then as a module)
+_read = getattr(SourceFileLoader.get_data, "unguarded", SourceFileLoader.get_data)
 
 
 def _get_data(self, path):
-    """SourceFileLoader's get_data, but no bytecode older than its source in a graded folder."""
+    """SourceFileLoader's get_data, but no bytecode older than its source in a graded folder,
+    nor from the check's cache folder older than the grading command."""
     if path != self.path and path.endswith(tuple(BYTECODE_SUFFIXES)) and _stale(path, self.path):
-        raise OSError(f"{path}: bytecode older than its source {self.path}, not read in a grading command")
+        raise OSError(f"{path}: bytecode older than its source {self.path} or the grading command, not read in it")
     return _read(self, path)
+
+
+_get_data.unguarded = _read
+
+
+def guard_bytecode():
+    """Python's source loader reads no bytecode :func:`_stale` names (./encodings_front.py's,
+    for what python imports before ./sitecustomize.py)."""
+    SourceFileLoader.get_data = _get_data
 
 
 def fresh_pytest_cache(rewrite):
@@ -142,7 +161,7 @@ def install(path_hooks, importer_cache):
     if any(getattr(hook, "graded_imports", False) for hook in path_hooks):
         return
     _folder_hook.graded_imports = True
-    SourceFileLoader.get_data = _get_data
+    guard_bytecode()
     path_hooks.insert(0, _folder_hook)
     for folder in [f for f in importer_cache if _graded(os.path.realpath(f or "."))]:
         del importer_cache[folder]

@@ -37,10 +37,12 @@ One plan (:func:`plan`) from the guest's files as they are, three ways to lay it
 * a qemu image's tree gets them moved in place (:func:`install_in_tree`);
 * a docker image's tarball gets them as extra files (:func:`tarball_files`).
 
-Each lays python's ``encodings`` source and bytecode with its front too (``python_front.py``: a
-grading python run with an environment of its own is started again there, before ``site`` reads
-a ``.pth`` of the answer's): the process VM's folder holds them, bound at the module's paths and
-again under :data:`HOST_USR`; the images get them in place of their own.
+Each lays python's ``encodings`` with its front too (``python_front.py``: a grading python run
+with an environment of its own is started again there, before ``site`` reads a ``.pth`` of the
+answer's): the process VM's folder holds the package as bytecode alone (no folder of the check's
+``pycache_prefix`` is read for it), bound over the package's folder and again under
+:data:`HOST_USR`; the images get its source and bytecode in place of their own, and the package
+as bytecode alone in the stdlib's zip, which python reads first.
 
 Left as it is: a program whose real file is of another name (``vi`` of ``vim.basic``, psql of
 pg_wrapper, ``npm`` of ``npm-cli.js``: a multi-call program, or one an alternative names), one
@@ -170,6 +172,20 @@ class GuestFiles:
         except OSError:
             return None
 
+    def read_all(self, folder: str, suffix: str) -> dict[str, bytes]:
+        """The regular files of ``folder`` whose names end with ``suffix``, by their paths (a
+        tarball read once)."""
+        paths = [f"{folder.rstrip('/')}/{name}" for name in self.listdir(folder) if name.endswith(suffix)]
+        if self.members is None:
+            return {path: data for path in paths if (data := self.read(path)) is not None}
+        found = {}
+        with tarfile.open(self.tarball) as archive:
+            for path in sorted(paths, key=lambda path: self.members[path].offset_data):  # type: ignore[index]
+                member = self.members[path]
+                if member.isfile() and (handle := archive.extractfile(member)):
+                    found[path] = handle.read()
+        return found
+
     def real(self, path: str) -> str:
         """``path`` with every link on it followed (an absolute link from the guest's root)."""
         parts, done, hops = [p for p in path.split("/") if p], "/", 0
@@ -238,9 +254,11 @@ def _stdlib(files: GuestFiles, python: str) -> str:
 
 def image_encodings(files: GuestFiles, python: str) -> dict[str, bytes]:
     """A guest image's ``python``'s encodings with the grading front (python_front.py) by the
-    paths they go at: its source, and its bytecode where it keeps some and a python of the host
-    is of its version."""
-    folder = os.path.join(_stdlib(files, python), "encodings")
+    paths they go at: its source, and where it keeps bytecode and a python of the host is of its
+    version, its bytecode and the package's as bytecode alone in the stdlib's zip
+    (``/usr/lib/python311.zip``, which the image lacks: python reads it first)."""
+    stdlib = _stdlib(files, python)
+    folder = os.path.join(stdlib, "encodings")
     module = f"{folder}/__init__.py"
     if not (source := files.read(module)):
         return {}
@@ -248,8 +266,11 @@ def image_encodings(files: GuestFiles, python: str) -> dict[str, bytes]:
     cached = sorted(f"{folder}/__pycache__/{name}" for name in files.listdir(f"{folder}/__pycache__")
                     if re.fullmatch(r"__init__\.[\w-]+\.pyc", name))
     old = files.read(cached[0]) if cached else None
-    if old and (data := python_front.image_bytecode(fronted[module], old[:4], module)):
-        fronted[cached[0]] = data
+    sources = {**files.read_all(folder, ".py"), **fronted}
+    if old and (data := python_front.image_bytecode(sources, old[:4])):
+        fronted[cached[0]] = data[module]
+        version = os.path.basename(stdlib).removeprefix("python").replace(".", "")
+        fronted[f"{os.path.dirname(stdlib)}/python{version}.zip"] = python_front.bytecode_zip("encodings", data)
     return fronted
 
 
@@ -376,7 +397,7 @@ def _make(scratch: Path, python: str) -> None:
     for real, front in laid.fronts.items():
         if os.path.dirname(real) != FRONTED:
             binds += ["--ro-bind", str(GRADING_BIN / front), real]
-    # python's encodings with its front (python_front.py), by /usr and by the host's /usr here
+    # python's encodings package with its front, bytecode alone (python_front.py), by /usr and by the host's /usr here
     for name, real in python_front.write_fronted(python, scratch):
         binds += ["--ro-bind", f"./{name}", real, "--ro-bind", f"./{name}", HOST_USR + real[len("/usr"):]]
     (scratch / "binds.json").write_text(json.dumps(binds), encoding="utf-8")

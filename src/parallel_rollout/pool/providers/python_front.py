@@ -1,7 +1,7 @@
-"""The guest python's ``encodings`` package with the grading front at its end, as its source and
-bytecode laid over that module's own: bound by a process VM (``grading_fronts.prepare`` makes them
-with the fronts' folder), written into the docker and qemu images (``grading_fronts.tarball_files``,
-``install_in_tree``).
+"""The guest python's ``encodings`` package with the grading front at its end: in a process VM a
+folder of the package's bytecode alone, bound over the module's own (``grading_fronts.prepare``
+makes it with the fronts' folder); in the docker and qemu images its source and bytecode
+(``grading_fronts.tarball_files``, ``install_in_tree``).
 
 Python imports ``encodings`` as it starts, before ``site``; ``site`` runs each line beginning
 with ``import`` of a ``.pth`` file of the user site (``~/.local/lib/python3.X/site-packages``)
@@ -12,21 +12,28 @@ passed its check before the sitecustomize.py front could start it again with the
 ``grading_bin/encodings_front.py``, appended to the module's own source, starts it again there
 (by its session, as the sitecustomize.py front does); any other python pays one stat.
 
-The bytecode is an unchecked hash-based pyc (PEP 552) of the fronted source: python takes it
-without looking at the source, and its hash is that source's, so ``--check-hash-based-pycs
-always`` takes it too. A python that reads its bytecode elsewhere (``PYTHONPYCACHEPREFIX``, ``-X
-pycache_prefix``: a check's own folder), or finds none, compiles the fronted source: the front
-runs there too (the answer's ``.pth`` passed such a check before the source had it). Left as it
-is: in an image, a python other than the guest's (each has its own ``encodings``; the images
-hold none, Debian's bookworm has python3.11 alone).
+A python that reads its bytecode elsewhere (``PYTHONPYCACHEPREFIX``, ``-X pycache_prefix``: a
+folder of the check's) read there a timestamp pyc of ``encodings`` whose date and size the
+answer made its source's, where it could guess the folder (``/tmp/pyc``): before any front, so
+its ``os._exit(0)`` passed the check. A package of bytecode alone (PEP 3147's ``__init__.pyc``
+beside no source) is read as it is, never from such a folder; the front then keeps a grading
+python from reading there bytecode written before the grading command began (the module's
+others, ``sitecustomize``'s: ``grading_bin/graded_imports.py``). In the images (their own
+source and bytecode, an unchecked hash-based pyc of the fronted source: ``--check-hash-based-pycs
+always`` takes it too) a python that reads its bytecode elsewhere compiles the fronted source, or
+reads such a pyc. Left as it is: in an image, a python other than the guest's (each has its own
+``encodings``; the images hold none, Debian's bookworm has python3.11 alone).
 """
 
 from __future__ import annotations
 
+import io
 import logging
+import os
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 from . import images, sandbox_fs
@@ -37,17 +44,18 @@ log = logging.getLogger(__name__)
 ENCODINGS_FRONT = images.GUEST_SOURCE_DIR / "grading_bin" / "encodings_front.py"
 #: seconds a python may take to compile it
 COMPILE_TIMEOUT_S = 30
-#: run by a python (-I -S): the fronted source, where its bytecode goes, the module's path in the
-#: guest (its code's file name)
+#: run by a python (-I -S): for each module, its source, where its bytecode goes and its path in the
+#: guest (its code's file name), three words
 _COMPILE = """\
 import importlib.util, marshal, sys
-source, out, name = sys.argv[1:4]
-with open(source, "rb") as handle:
-    source = handle.read()
-flags = (1).to_bytes(4, "little")  # hash-based, unchecked
-header = importlib.util.MAGIC_NUMBER + flags + importlib.util.source_hash(source)
-with open(out, "wb") as handle:
-    handle.write(header + marshal.dumps(compile(source, name, "exec")))
+words = sys.argv[1:]
+for source, out, name in zip(words[::3], words[1::3], words[2::3]):
+    with open(source, "rb") as handle:
+        source = handle.read()
+    flags = (1).to_bytes(4, "little")  # hash-based, unchecked
+    header = importlib.util.MAGIC_NUMBER + flags + importlib.util.source_hash(source)
+    with open(out, "wb") as handle:
+        handle.write(header + marshal.dumps(compile(source, name, "exec")))
 """
 #: run by the guest python (-I -S): its encodings' source and cached paths, a line each
 _WHERE = "import encodings, importlib.util as u; print(encodings.__file__); print(u.cache_from_source(encodings.__file__))"
@@ -58,17 +66,17 @@ def fronted_source(source: bytes) -> bytes:
     return source + b"\n" + ENCODINGS_FRONT.read_bytes()
 
 
-def _compile(python: str, source: Path, name: str, out: Path) -> None:
-    subprocess.run([python, "-I", "-S", "-c", _COMPILE, str(source), str(out), name],
+def _compile(python: str, *modules: tuple[Path, Path, str]) -> None:
+    """Each of ``modules`` (its source, its bytecode's file, its path in the guest) compiled by ``python``."""
+    subprocess.run([python, "-I", "-S", "-c", _COMPILE, *(str(word) for module in modules for word in module)],
                    capture_output=True, timeout=COMPILE_TIMEOUT_S, check=True)
 
 
 def write_fronted(python: str, folder: Path) -> list[tuple[str, str]]:
-    """The host's ``python``'s encodings with the front, its source and bytecode written into
-    ``folder`` (a process VM's fronts' folder): (file name in ``folder``, the module's own file
-    it goes over), none where the module is not under ``/usr`` (bwrap cannot make a file in the
-    read-only ``/usr``, nor bind over one that is not there), the bytecode left out (and a
-    warning) where ``python`` cannot compile it."""
+    """The host's ``python``'s encodings package with the front, as bytecode alone, written into
+    ``folder`` (a process VM's fronts' folder) as ``encodings``: (its name in ``folder``, the
+    package's folder it goes over); none where the package is not under ``/usr`` (bwrap cannot
+    bind over what is not there), or (a warning) where ``python`` cannot compile it."""
     try:
         where = subprocess.run([python, "-I", "-S", "-c", _WHERE], capture_output=True, timeout=COMPILE_TIMEOUT_S,
                                check=True).stdout.decode(errors="replace").split()
@@ -78,33 +86,56 @@ def write_fronted(python: str, folder: Path) -> list[tuple[str, str]]:
         return []
     if len(where) != 2 or not where[0].startswith("/usr/") or not Path(where[0]).is_file():
         return []
-    (folder / "encodings.py").write_bytes(fronted_source(Path(where[0]).read_bytes()))
-    laid = [("encodings.py", where[0])]
-    if where[1].startswith("/usr/") and Path(where[1]).is_file():
-        try:
-            _compile(python, folder / "encodings.py", where[0], folder / "encodings.pyc")
-            laid.append(("encodings.pyc", where[1]))
-        except (OSError, subprocess.SubprocessError) as exc:
-            log.warning("%s's encodings could not be compiled with the grading front (%s): its python "
-                        "compiles the fronted source as it starts", python, exc)
-    for name, _ in laid:
-        (folder / name).chmod(0o644)
-    return laid
+    package = Path(where[0]).parent
+    laid = folder / "encodings"
+    laid.mkdir()
+    fronted = folder / "encodings.py"
+    fronted.write_bytes(fronted_source(Path(where[0]).read_bytes()))
+    modules = [(fronted if source.name == "__init__.py" else source, laid / (source.stem + ".pyc"), str(source))
+               for source in sorted(package.glob("*.py"))]
+    try:
+        _compile(python, *modules)
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.warning("%s's encodings could not be compiled with the grading front (%s): a grading command's "
+                    "python run with an environment of its own reads a .pth of the answer's", python, exc)
+        return []
+    finally:
+        fronted.unlink()
+    for _, pyc, _ in modules:
+        pyc.chmod(0o644)
+    laid.chmod(0o755)
+    return [("encodings", str(package))]
 
 
-def image_bytecode(source: bytes, magic: bytes, name: str) -> bytes | None:
-    """A guest image's fronted encodings (``source``: :func:`fronted_source`'s, at ``name`` in the
-    guest) as bytecode of the python whose bytecode begins with ``magic``; None when no python
-    of the host is of its version, or none compiles it."""
+def image_bytecode(sources: dict[str, bytes], magic: bytes) -> dict[str, bytes] | None:
+    """A guest image's modules (their paths in the guest -> their sources, the fronted encodings'
+    :func:`fronted_source`'s) as bytecode of the python whose bytecode begins with ``magic``, by
+    the same paths; None when no python of the host is of its version, or none compiles them."""
     with tempfile.TemporaryDirectory(prefix="pr-encodings-") as scratch:
-        (Path(scratch) / "source.py").write_bytes(source)
+        modules = []
+        for number, (name, source) in enumerate(sources.items()):
+            (Path(scratch) / f"{number}.py").write_bytes(source)
+            modules.append((Path(scratch) / f"{number}.py", Path(scratch) / f"{number}.pyc", name))
         for python in dict.fromkeys(p for p in (sandbox_fs.guest_python(), sys.executable) if p):
-            out = Path(scratch) / "out.pyc"
             try:
-                _compile(python, Path(scratch) / "source.py", name, out)
-                data = out.read_bytes()
+                _compile(python, *modules)
+                data = {name: out.read_bytes() for _, out, name in modules}
             except (OSError, subprocess.SubprocessError):
                 continue
-            if data[:4] == magic:
+            if all(code[:4] == magic for code in data.values()):
                 return data
     return None
+
+
+def bytecode_zip(package: str, bytecode: dict[str, bytes]) -> bytes:
+    """A zip of ``package``'s ``bytecode`` alone (a module's guest path -> its bytecode), as
+    ``package/<module>.pyc``: the guest image's ``/usr/lib/python3X.zip``, first on every python's
+    ``sys.path``, whose ``encodings`` python reads as it starts, never from a folder of the check's
+    ``pycache_prefix``. Its dates are fixed: the same image's zip is the same."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as archive:
+        for name, code in sorted(bytecode.items()):
+            entry = zipfile.ZipInfo(f"{package}/{os.path.splitext(os.path.basename(name))[0]}.pyc", (1980, 1, 1, 0, 0, 0))
+            entry.external_attr = 0o644 << 16
+            archive.writestr(entry, code)
+    return out.getvalue()
