@@ -32,6 +32,7 @@ MISTAKES = {
     "timeout-string": (SINGLE, _in("result", timeout="30"), f"{_COMMAND} '30', a string: {_SECONDS}"),
     "timeout-negative": (SINGLE, _in("result", timeout=-5), f"{_COMMAND} -5, a number: {_SECONDS}"),
     "timeout-null": (SINGLE, _in("result", timeout=None), f"{_COMMAND} null: {_SECONDS}"),
+    "timeout-huge": (SINGLE, _in("result", timeout=10**400), f"{_COMMAND} {str(10**400)[:57]}..., a number: {_SECONDS}"),
     "slide-fraction": (SLIDE, _in("result", slide_index=1.5), f"{_AUDIO} 1.5, a number: {_SLIDE_NUMBER}"),
     "slide-fraction-text": (SLIDE, _in("result", slide_index="1.5"), f"{_AUDIO} '1.5', a string: {_SLIDE_NUMBER}"),
     "slide-negative": (SLIDE, _in("result", slide_index=-1), f"{_AUDIO} -1, a number: {_SLIDE_NUMBER}"),

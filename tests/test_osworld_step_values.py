@@ -57,6 +57,8 @@ MISTAKES = {
                      f"evaluator postconfig step 2 (sleep): parameter 'seconds' is '5', a string: {_SECONDS}"),
     "sleep-negative": (ACTIVATE, _set(3, "postconfig", seconds=-1),
                        f"evaluator postconfig step 4 (sleep): parameter 'seconds' is -1, a number: {_SECONDS}"),
+    "sleep-past-a-wait": (ACTIVATE, _set(3, "postconfig", seconds=1e300),
+                          f"evaluator postconfig step 4 (sleep): parameter 'seconds' is 1e+300, a number: {_SECONDS}"),
     "execute-timeout-string": (EXECUTE, _set(0, timeout="30"),
                                f"config step 1 (execute): parameter 'timeout' is '30', a string: {_SECONDS}"),
     "execute-command-number": (EXECUTE, _set(1, command=5),

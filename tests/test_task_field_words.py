@@ -1,6 +1,8 @@
 """A task field of the wrong kind (envs/base.py's ``require``) is refused in the task file's
 words, JSON's: "field 'evaluator' must be an object, got a list", where it said Python's
-type names ("must be dict, got list", "must be str or int or float, got bool"). JSON's true
+type names ("must be dict, got list", "must be str or int or float, got bool"). A command's
+timeout past what a wait takes (1e300, JSON's 1 and 400 zeros) is refused there too: it was an
+OverflowError of the attempt, reward 0. JSON's true
 and false are no number, though Python's bool is an int: a FrozenLake ``"p": true`` loaded as
 a slip probability of 1. Each refusal comes from the dry run through the CLI (exit 2), naming
 the file's line and the task."""
@@ -8,6 +10,7 @@ the file's line and the task."""
 from __future__ import annotations
 
 import json
+import reprlib
 
 import pytest
 from click.testing import CliRunner
@@ -19,6 +22,10 @@ from test_osworld_taskset import osworld_folder
 
 _LAKE = {"id": "lake", "mode": "gym"}
 _MATH = {"id": "sum", "mode": "math", "problem": "1+1"}
+_PY = {"id": "add", "mode": "py", "prompt": "def add(a, b):\n", "entry_point": "add", "test": "def check(f): pass"}
+#: a command's timeout past what a wait takes (threading.TIMEOUT_MAX) raised OverflowError as
+#: the attempt ran: an error of the task's at reward 0
+_AT_MOST = "at most 9223372036 seconds (about 292 years, the longest wait a command takes)"
 
 #: case -> (the task, what the refusal says after "task 'ID': ")
 WRONG_KINDS = {
@@ -27,6 +34,10 @@ WRONG_KINDS = {
     "shell-setup-string": (shell_task("s", setup="echo hi"), "field 'setup' must be a list, got a string"),
     "shell-reap-string": (shell_task("s", reap="yes"), "field 'reap' must be true or false, got a string"),
     "shell-timeout-true": (shell_task("s", timeout=True), "field 'timeout' must be a number, got true"),
+    "shell-timeout-past-a-wait": (shell_task("s", timeout=1e300), f"field 'timeout' is 1e+300: {_AT_MOST}"),
+    "shell-timeout-past-a-float": (shell_task("s", timeout=10**400), f"field 'timeout' is {reprlib.repr(10**400)}: {_AT_MOST}"),
+    "shell-timeout-zero": (shell_task("s", timeout=0), "field 'timeout' must be a positive number of seconds, got 0"),
+    "py-timeout-past-a-wait": ({**_PY, "timeout": 1e300}, f"field 'timeout' is 1e+300: {_AT_MOST}"),
     "math-answer-true": ({**_MATH, "answer": True}, "field 'answer' must be a string or a number, got true"),
     "math-answer-list": ({**_MATH, "answer": [2]}, "field 'answer' must be a string or a number, got a list"),
     "lake-p-true": ({**_LAKE, "p": True}, "field 'p' must be a number, got true"),

@@ -261,6 +261,24 @@ def require(payload: Mapping[str, Any], name: str, kind: type | tuple[type, ...]
         raise ValueError(f"field {name!r} must be {_kinds_said(kinds)}, got {_value_said(value)}")
 
 
+#: the longest wait a command's timeout can be: what a thread's wait, and so a subprocess's,
+#: takes (``threading.TIMEOUT_MAX``, about 292 years); a longer one raised OverflowError as the
+#: attempt ran (an error of the task's, at reward 0, where the file said "no limit")
+MAX_TIMEOUT_S = 9223372036
+
+
+def require_seconds(payload: Mapping[str, Any], name: str) -> None:
+    """Raise ValueError unless the optional ``payload[name]`` is a number of seconds a wait
+    takes: more than 0 and at most :data:`MAX_TIMEOUT_S` (JSON's 1 and 400 zeros too)."""
+    require(payload, name, (int, float), optional=True)
+    value = payload.get(name, 1)
+    if value <= 0:
+        raise ValueError(f"field {name!r} must be a positive number of seconds, got {_value_said(value)}")
+    if value > MAX_TIMEOUT_S:
+        raise ValueError(f"field {name!r} is {_value_said(value)}: at most {MAX_TIMEOUT_S} seconds "
+                         f"(about 292 years, the longest wait a command takes)")
+
+
 def require_str_list(payload: Mapping[str, Any], name: str, *, optional: bool = True) -> None:
     """Raise ValueError unless ``payload[name]`` is a list of strings."""
     require(payload, name, list, optional=optional)

@@ -29,7 +29,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
-from .base import Env, StepResult, require
+from .base import Env, StepResult, require, require_seconds
 from .fences import fenced_blocks
 
 #: seconds one execution of a program and its tests may take, unless the task says otherwise
@@ -204,9 +204,7 @@ class PyEnv(Env):
         require(payload, "canonical_solution", str, optional=True)
         if not re.fullmatch(r"[A-Za-z_]\w*", payload["entry_point"]):
             raise ValueError(f"field 'entry_point' must be a Python identifier, got {payload['entry_point']!r}")
-        timeout = payload.get("timeout", DEFAULT_EXEC_TIMEOUT_S)
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-            raise ValueError("field 'timeout' must be a positive number of seconds")
+        require_seconds(payload, "timeout")
 
     @staticmethod
     def reference_actions(task) -> list[Any]:

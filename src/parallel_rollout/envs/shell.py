@@ -23,7 +23,7 @@ import reprlib
 from typing import Any, Mapping
 
 from ..errors import TaskSetupFailed
-from .base import Env, StepResult, reject_none, require, require_str_list
+from .base import Env, StepResult, reject_none, require, require_seconds, require_str_list
 
 #: seconds one command may run unless the task says otherwise
 DEFAULT_COMMAND_TIMEOUT_S = 60.0
@@ -57,9 +57,7 @@ class ShellEnv(Env):
         require_str_list(payload, "setup")
         require_str_list(payload, "reference")
         require(payload, "reap", bool, optional=True)
-        require(payload, "timeout", (int, float), optional=True)
-        if payload.get("timeout", 1) <= 0:
-            raise ValueError("field 'timeout' must be a positive number of seconds")
+        require_seconds(payload, "timeout")
 
     @staticmethod
     def reference_actions(task) -> list[Any]:

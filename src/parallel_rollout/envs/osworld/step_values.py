@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..base import MAX_TIMEOUT_S
 from .rule_keys import KINDS, flag_problem, kind_of, unread_hint
 
 __all__ = ["COMMAND", "FLAG", "NUMBER", "SECONDS", "TEXT", "TEXTS", "WHOLE", "Kind", "Objects", "one_of", "texts_of"]
@@ -130,7 +131,12 @@ def _listed(names: list[str], joined: str = "or") -> str:
 
 
 def _number(value: Any) -> bool:
-    return KINDS["number"][0](value) and math.isfinite(value)
+    """A finite number: an integer past a float's range (JSON's 1 and 400 zeros) is none, as
+    ``float()``, ``time.sleep`` and a timeout read it (OverflowError), not a crash of the load."""
+    try:
+        return KINDS["number"][0](value) and math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _texts(value: Any) -> bool:
@@ -153,7 +159,10 @@ TEXT = Kind(*KINDS["string"])
 WHOLE = Kind(*KINDS["integer"])
 TEXTS = Kind(_texts, "a list of strings")
 NUMBER = Kind(_number, "a number")
-SECONDS = Kind(lambda value: _number(value) and value >= 0, "a number of seconds, 0 or more")
+#: a wait's seconds: one past what a thread's wait takes (``MAX_TIMEOUT_S``, about 292 years: a
+#: sleep step's 1e300) raised OverflowError as the step or the getter ran
+SECONDS = Kind(lambda value: _number(value) and 0 <= value <= MAX_TIMEOUT_S,
+               f"a number of seconds, 0 or more (at most {MAX_TIMEOUT_S}, about 292 years)")
 #: a command as the guest runs it: a shell line, or the program and its arguments
 COMMAND = Kind(lambda value: isinstance(value, str) and bool(value.strip()) or _texts(value) and bool(value),
                "a command: a string, or a list of strings (the program and its arguments)")
