@@ -37,7 +37,7 @@ the same engine thread)::
   held was killed from outside: ``base.late_failures``) and its actor killed with its process
   tree and group (``WorkerActor.kill_children``, ``process_group``). Such kills are deliberate:
   like a lost node, they never count toward the crash limit (``base.CrashWindow``), only actors
-  that die on their own.
+  that die on their own. A worker's death and the timeouts are ``ray_deaths``'.
 * **The engine thread waits on no one actor.** A dead worker's kill (its tree first, then the
   actor) and its VMs' reclaim are sent and settled as they answer (``ray_pending``): a pool
   or node paused, in a GC pause or stalled held dispatch to every node for up to 15 s per
@@ -59,13 +59,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ClusterUnreachable, TaskTimeout, VMError, WorkerDied
+from ..errors import ClusterUnreachable, VMError
 from ..messages import Assignment, Cancel
 from ..trajectories import unpack_files
-from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record, grace_left, late_failures
-from .ray_actors import (PROGRESS_WAIT_S, TRAJECTORY_FILES, PoolActor, RayPool, WorkerActor, late_progress,
-                         mark_folder)
-from .ray_cluster import check_reachable, connect, Sweeps, done_refs, pinned, sweep_cluster, wait_ready, why
+from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, grace_left
+from .ray_actors import TRAJECTORY_FILES, PoolActor, WorkerActor, mark_folder
+from .ray_cluster import check_reachable, connect, Sweeps, pinned, sweep_cluster, wait_ready, why
+from .ray_deaths import WorkerDeaths
 from .ray_head import HeadWatch, disconnect_lost
 from .ray_nodes import NodeWatch
 from .ray_pending import Pending
@@ -75,10 +75,6 @@ log = logging.getLogger("parallel_rollout")
 
 #: what the pool actor may serve at once (blocked leases included)
 _POOL_CONCURRENCY = 512
-#: seconds a dead worker's worker_died event waits for its pool to say the VMs it reclaimed
-RECLAIM_WAIT_S = 10.0
-#: seconds a worker actor has to kill its process tree before it is killed itself
-KILL_WAIT_S = 5.0
 
 
 @dataclass
@@ -109,7 +105,7 @@ class _Worker:
         return self.ready_ref is None and self.pid is not None
 
 
-class RayBackend(WorkerTable, NodeWatch):
+class RayBackend(WorkerTable, NodeWatch, WorkerDeaths):
     """Worker actors and per-node pool actors of one engine."""
 
     def __init__(self, spec: BackendSpec, hooks: EngineHooks) -> None:
@@ -324,130 +320,6 @@ class RayBackend(WorkerTable, NodeWatch):
     def _settle(self, worker: _Worker, ident: tuple[str, int]) -> None:
         for held in (worker.assigned, worker.slots, worker.started):
             held.pop(ident, None)
-
-    def _on_worker_death(self, w: _Worker, reason: str, deliberate: bool = False) -> None:
-        """Record what the worker held as worker_died, reclaim its VMs, replace it;
-        ``deliberate``: killed on purpose (a timeout, a cancel, its node lost), not a crash.
-        Neither the kill nor the reclaim is waited for: a pool or a node that does not answer
-        (paused, stalled) held the engine, every other node's dispatch with it, 15 s."""
-        if self._workers.get(w.index) is not w:
-            return
-        del self._workers[w.index]
-        for ref in [r for r, (owner, _) in self._refs.items() if owner is w]:
-            del self._refs[ref]
-        self._kill(w)
-        said = f"node {w.node_id[:8]} pid {w.pid}: {reason}"
-        pool_node = self._nodes[self._shared_home or w.node_id]
-        if pool_node.alive and pool_node.pool is not None and not self._head.lost:
-            try:  # its event is written when the pool says which VMs it reclaimed
-                self._pending.add(pool_node.pool.call.remote("reclaim", w.holder), RECLAIM_WAIT_S,
-                                  lambda vms, exc: self._reclaimed(w, said, vms, exc))
-            except Exception as exc:  # noqa: BLE001 - the pool is going too
-                self._reclaimed(w, said, [], exc)
-        else:
-            self._reclaimed(w, said, [], None)
-        log.warning("worker %s (node %s, pid %s) died: %s", w.worker_id, w.node_id[:8], w.pid, reason)
-        for ident, item in list(w.assigned.items()):
-            started_at = w.started[ident].started_at
-            self._settle(w, ident)
-            exc = WorkerDied(f"{reason} while running attempt {item.attempt} of {item.key}")
-            self.hooks.record(self._died_record(w, item, exc, started_at))
-        if self.hooks.closing:
-            return
-        node = self._nodes[w.node_id]
-        if not deliberate and node.alive and w.node_id not in (self._head.alive_nodes() or [w.node_id]):
-            # the worker died with its node, which the poll has not seen leave yet: no crash,
-            # and no respawn pinned to a node that is gone
-            self._lose_node(node, f"node {w.node_id[:8]} left the cluster")
-            return
-        self._crashes.resize(self.config.num_rollouts * max(1, len(self._nodes)))
-        if not deliberate and self._crashes.crashed():
-            self.hooks.stop(f"workers keep dying ({len(self._crashes)} deaths within "
-                            f"{self._crashes.window_s:.0f}s); last: {reason}")
-            return
-        if self._nodes[w.node_id].alive:
-            self._spawn(w.node_id, w.index)
-        # else not replaced: a worker moved to another node would wait for that node's VMs
-        # (its pool is sized for its own workers); the limit shrinks with the alive nodes
-
-    def _reclaimed(self, w: _Worker, said: str, vms: list[str] | None, exc: BaseException | None) -> None:
-        """A dead worker's worker_died event, with the VMs its pool reclaimed: as the pool's
-        answer said them, or why it said none."""
-        if isinstance(exc, TimeoutError):
-            vms_said = f"not known (its pool did not answer within {RECLAIM_WAIT_S:g}s)"
-        elif exc is not None:
-            vms_said = f"[] (the reclaim failed: {why(exc)})"
-        else:
-            vms_said = str(vms or [])
-        self.hooks.event("worker_died", worker=w.worker_id, reason=f"{said}; VMs reclaimed: {vms_said}")
-
-    def _kill(self, *workers: _Worker) -> None:
-        """Kill worker actors and their process trees, best effort (their groups: their
-        watchers): each actor once it killed its tree, or KILL_WAIT_S after it was asked."""
-        for w in workers:
-            ref = None
-            if not w.lost:  # else nothing to ask it
-                try:
-                    ref = w.actor.kill_children.remote()
-                except Exception:  # noqa: BLE001
-                    pass
-            if ref is None:
-                self._kill_actor(w.actor)
-            else:
-                self._pending.add(ref, KILL_WAIT_S, lambda _answer, _exc, actor=w.actor: self._kill_actor(actor))
-
-    def _kill_actor(self, actor: Any) -> None:
-        import ray
-
-        if self._head.lost:  # ray.kill waits on the head
-            return
-        try:
-            ray.kill(actor, no_restart=True)
-        except Exception:  # noqa: BLE001
-            pass
-
-    def check_timeouts(self) -> None:
-        """Record attempts past --task-timeout (``late_failures``: each before its actor's
-        kill, with where its actor says it is) and kill their workers. Every late actor is
-        asked at once, and with them those due within the ask's wait (``PROGRESS_WAIT_S``),
-        which are late when it ends if one of them does not answer: a batch dispatched
-        together and stalled on a paused node is waited for once, not once per tick it spans."""
-        limit = self.config.task_timeout
-        now = time.monotonic()
-        if not any(c.elapsed(now) > limit for w in self._workers.values() for c in w.started.values()):
-            return
-        asked: list[tuple[_Worker, list[tuple[str, int]]]] = []
-        for w in list(self._workers.values()):
-            idents = [ident for ident, clock in w.started.items() if clock.elapsed(now) > limit - PROGRESS_WAIT_S]
-            if idents:
-                self.handle(done_refs([ref for ref, (owner, _) in self._refs.items() if owner is w]))
-                asked.append((w, idents))
-        # an attempt that ended meanwhile is settled by its result, a worker that died by its death
-        asked = [(w, kept) for w, idents in asked
-                 if self._workers.get(w.index) is w and (kept := [i for i in idents if i in w.assigned])]
-        wheres = late_progress([(w.actor, idents) for w, idents in asked])  # all at once, one deadline
-        now = time.monotonic()  # those not late yet are asked again when they are
-        late = [(w, ident, *where.get(ident, (None, {}))) for (w, idents), where in zip(asked, wheres)
-                for ident in idents if w.started[ident].elapsed(now) > limit]
-        timeout = TaskTimeout(f"attempt ran past --task-timeout {limit:g}s; worker actor killed")
-        pools = {w.node_id: self._pool_of(w.node_id) for w, *_ in late}
-        pools = {node_id: None if pool is None else RayPool(pool) for node_id, pool in pools.items()}
-        failures = late_failures([(pools[w.node_id], w.assigned[ident], timeout, progress)
-                                  for w, ident, progress, _ in late])
-        for (w, ident, progress, files), exc in zip(late, failures):
-            item, started_at = w.assigned[ident], w.started[ident].started_at
-            self._settle(w, ident)
-            unpack_files(self.spec.run_dir, files)
-            self.hooks.record(self._died_record(w, item, exc, started_at, progress))
-            self.hooks.event(exc.kind, task=item.key, worker=w.worker_id, reason=str(exc))
-        for w in {id(w): w for w, *_ in late}.values():
-            self._on_worker_death(w, reason="killed after --task-timeout", deliberate=True)
-
-    @staticmethod
-    def _died_record(w: _Worker, item: Assignment, exc: Exception, started_at: float,
-                     progress: Any = None) -> dict[str, Any]:
-        """The record of an attempt its actor could not finish, with its node (as the actor's)."""
-        return {**died_record(item, exc, w, started_at, progress), "node": w.node_id}
 
     # -- the end ---------------------------------------------------------------------------
 
