@@ -5,7 +5,8 @@ timeout past what a wait takes (1e300, JSON's 1 and 400 zeros) is refused there 
 OverflowError of the attempt, reward 0. JSON's true
 and false are no number, though Python's bool is an int: a FrozenLake ``"p": true`` loaded as
 a slip probability of 1. Each refusal comes from the dry run through the CLI (exit 2), naming
-the file's line and the task."""
+the file's line and the task. A NUL byte in a check or a setup command, which no command line
+carries, is refused there too: it failed every answer, or every attempt's setup."""
 
 from __future__ import annotations
 
@@ -37,6 +38,14 @@ WRONG_KINDS = {
     "shell-timeout-past-a-wait": (shell_task("s", timeout=1e300), f"field 'timeout' is 1e+300: {_AT_MOST}"),
     "shell-timeout-past-a-float": (shell_task("s", timeout=10**400), f"field 'timeout' is {reprlib.repr(10**400)}: {_AT_MOST}"),
     "shell-timeout-zero": (shell_task("s", timeout=0), "field 'timeout' must be a positive number of seconds, got 0"),
+    # no command line carries a NUL: the guest refused it (exit 126) as each answer was graded 0,
+    # or as each attempt's setup ran (setup_failed, never graded: a --resume ran it again)
+    "shell-check-nul": (shell_task("s", check="test -e ~/ok\u0000"),
+                        "field 'check' holds a NUL byte (character 13), which no command line can carry: "
+                        "every answer would fail it"),
+    "shell-setup-nul": (shell_task("s", setup=["true", "echo \u0000 > ~/data.txt"]),
+                        "field 'setup' command 2 holds a NUL byte (character 6), which no command line can "
+                        "carry: every attempt would be setup_failed"),
     "py-timeout-past-a-wait": ({**_PY, "timeout": 1e300}, f"field 'timeout' is 1e+300: {_AT_MOST}"),
     "math-answer-true": ({**_MATH, "answer": True}, "field 'answer' must be a string or a number, got true"),
     "math-answer-list": ({**_MATH, "answer": [2]}, "field 'answer' must be a string or a number, got a list"),

@@ -58,6 +58,7 @@ class ShellEnv(Env):
         require_str_list(payload, "reference")
         require(payload, "reap", bool, optional=True)
         require_seconds(payload, "timeout")
+        _refuse_nul_bytes(payload)
 
     @staticmethod
     def reference_actions(task) -> list[Any]:
@@ -135,3 +136,16 @@ class ShellEnv(Env):
                         "was killed" if timed_out else None),
             "note": result.get("note"),
         }
+
+
+def _refuse_nul_bytes(payload: Mapping[str, Any]) -> None:
+    """ValueError for a NUL byte in the check or a setup command (JSON's ``\\u0000``): no
+    command line carries one, so the guest refuses to start it (exit 126) and every answer
+    failed the check, or every attempt its setup (never graded, a ``--resume`` the same)."""
+    commands = [("field 'check'", payload["check"], "every answer would fail it")]
+    commands += [(f"field 'setup' command {index}", command, "every attempt would be setup_failed")
+                 for index, command in enumerate(payload.get("setup", []), start=1)]
+    for where, command, cost in commands:
+        if "\0" in command:
+            raise ValueError(f"{where} holds a NUL byte (character {command.index(chr(0)) + 1}), "
+                             f"which no command line can carry: {cost}")
