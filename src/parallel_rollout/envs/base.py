@@ -280,10 +280,12 @@ def require_seconds(payload: Mapping[str, Any], name: str) -> None:
 
 
 def require_str_list(payload: Mapping[str, Any], name: str, *, optional: bool = True) -> None:
-    """Raise ValueError unless ``payload[name]`` is a list of strings."""
+    """Raise ValueError unless ``payload[name]`` is a list of strings, naming the first item
+    that is none (a shell task's ``"setup": ["true", 5]`` said only "must be a list of strings")."""
     require(payload, name, list, optional=optional)
-    if not all(isinstance(item, str) for item in payload.get(name, [])):
-        raise ValueError(f"field {name!r} must be a list of strings")
+    for index, item in enumerate(payload.get(name, []), start=1):
+        if not isinstance(item, str):
+            raise ValueError(f"field {name!r} must be a list of strings; its item {index} is {_value_said(item)}")
 
 
 def reject_none(action: Any, takes: str) -> None:
