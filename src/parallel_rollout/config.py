@@ -221,6 +221,12 @@ class RunConfig:
         del data["sources"], data["policy_gate_key"]
         return data
 
+    def said_where_set(self, error: ConfigError) -> ConfigError:
+        """``error`` of these settings (a provider's refusal of them) followed by where the
+        setting it names was set, when off the command line (``with_where_set``)."""
+        said = with_where_set(str(error), self.sources, self)
+        return error if said == str(error) else ConfigError(said)
+
     def where(self, name: str) -> str:
         """`` (num-vms = 0 in run.toml)`` for a setting set off the command line, else ""."""
         source = set_off_the_command_line(self.sources, name)
@@ -349,18 +355,27 @@ def build_config(flags: dict[str, Any], config_file: str | None = None,
         cfg = RunConfig(**values, explicit=frozenset(values), sources=sources)
         validate_ranges(cfg)
     except ConfigError as exc:
-        # where the setting the message names was set, when not on the command line:
-        # "--num-vms must be at least 1 (num-vms = 0 in run.toml)", "min-free-disk-mb must …"; the
-        # setting it opens with, else its first flag (a setting with no flag may name one after it)
-        found = re.match(r"(?:--)?([a-z][a-z0-9_-]*)\b", str(exc))
-        if not found or found.group(1).replace("-", "_") not in _FIELDS:
-            found = re.search(r"--([a-z][a-z0-9-]*)", str(exc))
-        name = found.group(1).replace("-", "_") if found else ""
-        source = set_off_the_command_line(sources, name)
-        if source is None:  # the command line's: the flag says it
+        said = with_where_set(str(exc), sources, values)
+        if said == str(exc):  # the command line's: the flag says it
             raise
-        raise ConfigError(f"{exc} {said_where(name, values[name], source)}") from None
+        raise ConfigError(said) from None
     return cfg
+
+
+def with_where_set(message: str, sources: dict[str, str], values: Any) -> str:
+    """``message``, an error of a run's settings, followed by where the setting it names was
+    set when not on the command line: "--num-vms must be at least 1 (num-vms = 0 in run.toml)",
+    "min-free-disk-mb must …"; the setting it opens with, else the first flag it names that was
+    (a setting with no flag may name one after it; "--verify-reset fast … and --reset-command
+    none …" is said of the reset command a file gave). ``values``: a dict or a RunConfig."""
+    opening = re.match(r"(?:--)?([a-z][a-z0-9_-]*)\b", message)
+    named = ([opening.group(1)] if opening else []) + re.findall(r"--([a-z][a-z0-9-]*)", message)
+    for name in (word.replace("-", "_") for word in named):
+        source = set_off_the_command_line(sources, name) if name in _FIELDS else None
+        if source is not None:
+            value = values[name] if isinstance(values, dict) else getattr(values, name)
+            return f"{message} {said_where(name, value, source)}"
+    return message
 
 
 def _stored_settings(values: dict[str, Any]) -> dict[str, Any]:

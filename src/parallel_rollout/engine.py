@@ -75,8 +75,8 @@ from .doorbell import Doorbell
 from .engine_cancels import EngineCancels
 from .envs import get_env, run_answer_files
 from .logs import reworded
-from .errors import (AgentNotMade, GuestPrerequisiteMissing, PoolClosed, PoolExhausted, RolloutError,
-                     VMSettingsMismatch)
+from .errors import (AgentNotMade, ConfigError, GuestPrerequisiteMissing, PoolClosed, PoolExhausted,
+                     RolloutError, VMSettingsMismatch)
 from .messages import Assignment
 from .output_checks import EventsFile
 from .pool.providers import ProviderOptions, get_provider, provider_options
@@ -146,7 +146,10 @@ class Engine(EngineCancels):
             self.provider_options = provider_options(config, self.provider_cls, vm_envs,
                                                      run_answer_files(config, vm_envs) + tuple(hidden))
             if check_provider:  # constructing one checks the options it cannot honour (--path-to-vm)
-                self.provider_cls(self.run_id, self.provider_options)
+                try:
+                    self.provider_cls(self.run_id, self.provider_options)
+                except ConfigError as exc:  # said where a config file or a variable gave the setting
+                    raise config.said_where_set(exc) from None
         self._sink = record_sink
         #: the front end's reason to stop at an attempt (its record then not final), or None
         self._stop_on = stop_on

@@ -356,11 +356,13 @@ def test_a_vmware_vm_that_powered_off_is_still_the_tasks(standins):
         provider.stop(info)
 
 
-def test_a_vm_whose_ip_serves_no_guest_agent_says_a_resume_keeps_its_vm_file(tmp_path, monkeypatch):
+@pytest.mark.parametrize("in_file", [False, True], ids=["flags", "config-file"])
+def test_a_vm_whose_ip_serves_no_guest_agent_says_a_resume_keeps_its_vm_file(tmp_path, monkeypatch, in_file):
     """A VM whose guest IP's port 5000 is another web server (404 for the whole boot timeout)
     stops the run at its first boot naming --path-to-vm; a resume keeps the run's --path-to-vm,
     so the message says to fix it in a new run. It said 'a resume may give another', which a
-    resume refuses ('the run was made with other settings for --path-to-vm')."""
+    resume refuses ('the run was made with other settings for --path-to-vm'). Given in a
+    --config file, the settings are said as its keys, where: it named the flags."""
     from functools import partial
     from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
@@ -379,17 +381,22 @@ def test_a_vm_whose_ip_serves_no_guest_agent_says_a_resume_keeps_its_vm_file(tmp
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     vmx = tmp_path / "ubuntu.vmx"
     vmx.write_text('displayName = "Ubuntu"\n')
+    config = tmp_path / "vms.toml"
+    config.write_text(f'path-to-vm = "{vmx}"\nboot-timeout-s = 2\n')
+    given = ["--config", str(config)] if in_file else ["--path-to-vm", str(vmx), "--boot-timeout-s", "2"]
     try:
         result = CliRunner().invoke(main, [
             "--mode", "shell", "--data", str(ROOT / "benchmarks" / "shell_tasks.jsonl"), "--limit", "1",
             "--num-rollouts", "1", "--output-dir", str(tmp_path / "out"), "--run-id", "r", "--no-progress",
-            "--provider-name", "vmware", "--path-to-vm", str(vmx), "--snapshot-name", "init_state",
-            "--boot-timeout-s", "2"])
+            "--provider-name", "vmware", "--snapshot-name", "init_state", *given])
     finally:
         server.shutdown()
         server.server_close()
     said = " ".join(result.output.split())
     assert result.exit_code == 2, said
+    timeout, fix = ((f"boot-timeout-s in {config}", f"fix path-to-vm in {config} (in a new run: a resume keeps the "
+                     "value the run started with)") if in_file else
+                    ("--boot-timeout-s", "fix --path-to-vm (in a new run: a resume keeps the run's --path-to-vm)"))
     assert (f"VM vm-0 ({vmx}): port 5000 of its guest IP answered GET /platform with HTTP 404 for 2s "
-            "(--boot-timeout-s): no guest agent listens there") in said, said
-    assert "fix --path-to-vm (in a new run: a resume keeps the run's --path-to-vm)" in said, said
+            f"({timeout}): no guest agent listens there") in said, said
+    assert fix in said, said

@@ -58,23 +58,29 @@ def test_a_remote_setting_given_off_the_command_line_is_refused_naming_where(tmp
     assert not (tmp_path / "out" / "r").exists()
 
 
-@pytest.mark.parametrize("reset, said", [
-    ("none", "no guest agent answered at that --vm-address within --boot-timeout-s 2s, and --reset-command none "
-             "starts none: start its agent"),
-    ("true", "no guest agent answered at that --vm-address within --boot-timeout-s 2s after the reset command "
-             "(--reset-command) ran"),
-])
-def test_a_machine_that_does_not_answer_is_named_with_the_flags_to_check(tmp_path, reset, said):
+@pytest.mark.parametrize("reset, in_file, said", [
+    ("none", False, "no guest agent answered at that --vm-address within --boot-timeout-s 2s, and --reset-command "
+                    "none starts none: start its agent"),
+    ("true", False, "no guest agent answered at that --vm-address within --boot-timeout-s 2s after the reset command "
+                    "(--reset-command) ran"),
+    ("none", True, "no guest agent answered at that address (vm-address in CONFIG) within 2s (boot-timeout-s in "
+                   "CONFIG), and none (reset-command in CONFIG) starts none: start its agent"),
+], ids=["none", "true", "none-in-config"])
+def test_a_machine_that_does_not_answer_is_named_with_the_flags_to_check(tmp_path, reset, in_file, said):
     """A --vm-address where nothing listens: each boot waits --boot-timeout-s (a reset may be
     bringing it up), the budget is spent and the run stops (exit 1), its attempts left to a
     resume; the message says which flags to look at. It said only 'guest agent at … not ready
-    after 2s (GET /platform; last error: ConnectionRefusedError…)'."""
+    after 2s (GET /platform; last error: ConnectionRefusedError…)'. The settings a --config
+    file gave are said as its keys, where it is: the flags were named, which no one typed."""
     port = _free_port()
+    settings = {"vm-address": f"127.0.0.1:{port}", "reset-command": reset, "boot-timeout-s": "2"}
+    config = tmp_path / "machines.toml"
+    config.write_text("".join(f"{key} = {json.dumps(value)}\n" for key, value in settings.items()).replace('"2"', "2"))
+    given = ["--config", str(config)] if in_file else [f"--{key}={value}" for key, value in settings.items()]
+    said = said.replace("CONFIG", str(config))
     result = CliRunner().invoke(main, [
         "--mode", "shell", "--data", str(_shell_tasks(tmp_path, 1)), "--agent", "oracle", "--provider-name", "remote",
-        "--vm-address", f"127.0.0.1:{port}", "--reset-command", reset, "--boot-timeout-s", "2",
-        "--num-rollouts", "1", "--output-dir", str(tmp_path / "out"), "--run-id", "r",
-        "--no-progress"])
+        *given, "--num-rollouts", "1", "--output-dir", str(tmp_path / "out"), "--run-id", "r", "--no-progress"])
     assert result.exit_code == 1, result.output
     assert f"vm-2: boot failed: GuestUnreachable: VM vm-2: guest agent at http://127.0.0.1:{port} not ready after 2s" \
         in result.output, result.output
@@ -113,3 +119,27 @@ def test_a_reset_command_that_fails_is_named_as_it_was_given(tmp_path, given, co
     assert result.exit_code == code, result.output
     stopped = " ".join(re.search(r"run stopped: (.*)", result.output).group(1).split())
     assert said.replace("CONFIG", str(config)) in stopped, stopped
+
+
+@pytest.mark.parametrize("toml, flags, env, said", [
+    ('verify-reset = "fast"\nreset-command = "none"\n', [], {}, '(verify-reset = "fast" in CONFIG)'),
+    ("", ["--verify-reset", "fast"], {"PARALLEL_ROLLOUT_RESET_COMMAND": "none"},
+     '(reset-command = "none" from the environment variable PARALLEL_ROLLOUT_RESET_COMMAND)'),
+], ids=["both-in-config", "reset-command-in-environment"])
+def test_a_provider_that_refuses_its_settings_says_where_they_were_given(tmp_path, toml, flags, env, said):
+    """A provider refuses settings it cannot work with as it is made (--verify-reset with
+    --reset-command none, which resets nothing: every check would fail): set in a --config
+    file or the environment, the refusal says where, as the range checks' do (the first setting
+    it names that came from there); it named the flags only, which no one typed. Exit 2, no run folder."""
+    config = tmp_path / "machines.toml"
+    config.write_text(f'vm-address = "127.0.0.1:{_free_port()}"\n' + toml)
+    result = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(_shell_tasks(tmp_path, 1)), "--agent", "oracle", "--provider-name", "remote",
+        "--config", str(config), "--num-rollouts", "1", "--output-dir", str(tmp_path / "out"), "--run-id", "r",
+        "--no-progress", *flags], env=env)
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.output.split())
+    assert "--verify-reset fast checks each reset against the machine's first boot, and --reset-command none " \
+        "resets nothing" in message, message
+    assert message.endswith("or --verify-reset off " + said.replace("CONFIG", str(config))), message
+    assert not (tmp_path / "out" / "r").exists()

@@ -32,7 +32,7 @@ PROVIDERS: Registry[Provider] = Registry("provider", {
 
 
 #: the settings whose providers' messages name them as the user gave them (``ProviderOptions.given``)
-SAID_BY_PROVIDERS = ("reset_command", "boot_timeout_s", "path_to_vm")
+SAID_BY_PROVIDERS = ("reset_command", "boot_timeout_s", "path_to_vm", "vm_address")
 
 
 def provider_names() -> list[str]:

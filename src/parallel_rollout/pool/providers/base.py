@@ -83,6 +83,13 @@ class ProviderOptions:
         """Setting ``name`` as the user gave it (``given``), else its flag: ``--reset-command``."""
         return self.given.get(name) or "--" + name.replace("_", "-")
 
+    def said_as(self, name: str, value: str) -> str:
+        """Setting ``name`` with ``value`` (as a message writes it) as the user gave it: its
+        flag first on the command line (or not given), ``--boot-timeout-s 2s``; off it, where:
+        ``2s (boot-timeout-s in run.toml)``, ``none (the environment variable …)``."""
+        said = self.said(name)
+        return f"{said} {value}" if said.startswith("--") else f"{value} ({said})"
+
     def memory_limit(self, bounded: bool) -> int | None:
         """A VM's memory limit: ``memory_mb``, else ``default_memory_mb`` where the provider
         can bound the VM's total (``bounded``: a memory cgroup, a container), else None."""

@@ -36,25 +36,29 @@ def first_boot(booted: set[str], slot: str):
 
 
 @contextmanager
-def no_agent_is_settings(where: str, boot_timeout_s: float, flag: str):
+def no_agent_is_settings(where: str, options: ProviderOptions, name: str):
     """Around the wait for an agent at ``where`` (``VM vm-0: http://…``): a server that answered
     GET /platform without the route for the whole wait is no guest agent, VMSettingsMismatch
-    naming ``flag``, what to fix; another GuestUnreachable passes as it is."""
+    naming setting ``name`` (``vm_address``), what to fix, as the user gave it (``options.said``);
+    another GuestUnreachable passes as it is."""
     try:
         yield
     except GuestUnreachable as exc:
         if getattr(exc, "answered", None) not in verify_guest.NO_ROUTE:
             raise
         raise VMSettingsMismatch(f"{where} answered GET {READY_ROUTE} with HTTP {exc.answered} for "
-                                 f"{boot_timeout_s:g}s (--boot-timeout-s): no guest agent listens there (OSWorld's "
-                                 f"server and this project's answer it); fix {flag} {resume_note(flag)}") from None
+                                 f"{options.boot_timeout_s:g}s ({options.said('boot_timeout_s')}): no guest agent "
+                                 f"listens there (OSWorld's server and this project's answer it); fix "
+                                 f"{options.said(name)} {resume_note(name, options.said(name))}") from None
 
 
-def resume_note(flag: str) -> str:
-    """Whether a resume of the stopped run may give ``flag`` another value: not one that
-    changes results (``config.RESULT_FIELDS``), such as --path-to-vm."""
-    if flag.removeprefix("--").replace("-", "_") in RESULT_FIELDS:
-        return f"(in a new run: a resume keeps the run's {flag})"
+def resume_note(name: str, said: str) -> str:
+    """Whether a resume of the stopped run may give setting ``name``, said by the message as
+    ``said`` (``ProviderOptions.said``), another value: not one that changes results
+    (``config.RESULT_FIELDS``), such as path_to_vm; its flag is named, a file's or a variable's not."""
+    if name in RESULT_FIELDS:
+        kept = f"the run's {said}" if said.startswith("--") else "the value the run started with"
+        return f"(in a new run: a resume keeps {kept})"
     return "(a resume may give another)"
 
 

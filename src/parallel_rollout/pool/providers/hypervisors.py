@@ -135,7 +135,7 @@ class _HypervisorProvider(Provider):
                     raise
                 try:
                     with no_agent_is_settings(f"VM {vm_id} ({vm_file}): port {DEFAULT_PORT} of its guest IP",
-                                              self.options.boot_timeout_s, "--path-to-vm"):
+                                              self.options, "path_to_vm"):
                         info = self._boot(info, deadline)
                     check_booted(self.options, self._view, vm_file, info, f"VM {vm_id} ({vm_file} at {info.address})")
                 except BaseException:  # a boot that failed once the VM started (no agent, another screen)

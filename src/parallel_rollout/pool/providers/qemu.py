@@ -389,7 +389,7 @@ class QemuProvider(Provider):
             address = f"http://127.0.0.1:{port}"
             client = GuestClient(keyed_address(address, key) if key else address, timeout_s=2.0)
             try:
-                wait_for_agent(client, proc, deadline, self.options.boot_timeout_s, accel)
+                wait_for_agent(client, proc, deadline, self.options, accel)
                 return client
             except VMError:
                 if proc.poll() is None or b"host forwarding" not in read_bytes(
@@ -402,8 +402,8 @@ class QemuProvider(Provider):
         """What to change when no VM of the --path-to-vm disk has booted in this run."""
         disk, timeout = self.options.said("path_to_vm"), self.options.said("boot_timeout_s")
         return (f"No VM of this disk booted in this run, so no replacement would: give {disk} a disk whose "
-                f"system serves the guest agent on port {GUEST_PORT} {resume_note('--path-to-vm')}, or more "
-                f"time with {timeout} {resume_note('--boot-timeout-s')}")
+                f"system serves the guest agent on port {GUEST_PORT} {resume_note('path_to_vm', disk)}, or more "
+                f"time with {timeout} {resume_note('boot_timeout_s', timeout)}")
 
     def _write_meta(self, vm_id: str, vm_dir: Path, private: dict) -> None:
         write_meta(vm_dir, {"run_id": self.run_id, "vm_id": vm_id, "created": time.time(),

@@ -19,6 +19,7 @@ import subprocess
 from pathlib import Path
 
 from ...errors import GuestUnreachable, VMError
+from .base import ProviderOptions
 from .common import log_tail
 
 #: the BIOS's lines that say what it booted from, and how that went
@@ -36,8 +37,11 @@ def user_disk_argv(vm_dir: Path) -> list[str]:
             "-device", "isa-debugcon,iobase=0x402,chardev=bios", "-boot", "reboot-timeout=0"]
 
 
-def wait_for_agent(client, proc: subprocess.Popen | None, deadline: float, budget_s: float, accel: str) -> None:
-    """Poll the agent's /health until it answers; VMError when QEMU exits or time is up."""
+def wait_for_agent(client, proc: subprocess.Popen | None, deadline: float, options: ProviderOptions,
+                   accel: str) -> None:
+    """Poll the agent's /health until it answers; VMError when QEMU exits or time is up, which
+    names the boot timeout as the user gave it (``options.said``)."""
+    budget_s = options.boot_timeout_s
     from ...guest.client import wait_ready
 
     def qemu_alive() -> None:
@@ -49,7 +53,7 @@ def wait_for_agent(client, proc: subprocess.Popen | None, deadline: float, budge
         wait_ready(client, deadline, check_alive=qemu_alive, max_delay_s=0.2, budget_s=budget_s)
     except GuestUnreachable as exc:
         raise AgentNeverAnswered(f"the guest agent did not answer within the boot timeout, {budget_s:g}s under "
-                      f"{accel.upper()} (--boot-timeout-s) ({exc})") from None
+                      f"{accel.upper()} ({options.said('boot_timeout_s')}) ({exc})") from None
 
 
 def failure_detail(vm_dir: Path, user_disk: Path | None = None) -> str:

@@ -172,6 +172,17 @@ class RemoteProvider(Provider):
         #: reset verification through each machine's agent, against its first boot
         self._view = verify_guest.machine_view(opts)
 
+    def _no_agent(self) -> str:
+        """What a boot whose machine's agent never answered says to check, each setting as the
+        user gave it: "no guest agent answered at that --vm-address within --boot-timeout-s 2s
+        after …", "… at that address (vm-address in run.toml) within 2s (boot-timeout-s in run.toml) …"."""
+        address = self.options.said("vm_address")
+        address = address if address.startswith("--") else f"address ({address})"
+        started = (f" after {self._command} ran" if self.reset_command is not None
+                   else f", and {self.options.said_as('reset_command', 'none')} starts none: start its agent")
+        return (f"no guest agent answered at that {address} within "
+                f"{self.options.said_as('boot_timeout_s', f'{self.options.boot_timeout_s:g}s')}{started}")
+
     def __repr__(self) -> str:
         return (f"RemoteProvider(run_id={self.run_id!r}, addresses={self.addresses!r}, "
                 f"held={len(self.slots)})")
@@ -198,15 +209,12 @@ class RemoteProvider(Provider):
         try:
             with first_boot(self._booted, address):
                 try:
-                    with no_agent_is_settings(f"VM {vm_id}: {address}", self.options.boot_timeout_s, "--vm-address"):
+                    with no_agent_is_settings(f"VM {vm_id}: {address}", self.options, "vm_address"):
                         self._reset_and_wait(info, deadline)
                 except GuestKeyRefused:  # the run's key against the agent's: no other boot mends that
                     raise VMSettingsMismatch(f"VM {vm_id}: {key_refused(address, self.options.vm_key_file)}") from None
-                except GuestUnreachable as exc:  # a later boot may find it up: still a failed boot, its flags said
-                    started = (f" after {self._command} ran" if self.reset_command is not None
-                               else ", and --reset-command none starts none: start its agent")
-                    raise GuestUnreachable(f"VM {vm_id}: {exc}: no guest agent answered at that --vm-address within "
-                                           f"--boot-timeout-s {self.options.boot_timeout_s:g}s{started}") from None
+                except GuestUnreachable as exc:  # a later boot may find it up: still a failed boot, its settings said
+                    raise GuestUnreachable(f"VM {vm_id}: {exc}: {self._no_agent()}") from None
                 check_booted(self.options, self._view, address, info, f"VM {vm_id} ({address})")
         except BaseException:
             self.slots.release(address, info.vm_id)
