@@ -311,6 +311,8 @@ def test_a_model_setting_without_an_agent_says_the_agent_is_the_default_one(tmp_
                        "--agent openai calls the model")
     chosen = invoke(tmp_path, "--mode", "shell", "--agent", "oracle", "--model", "gpt-4o")
     assert "the default" not in chosen.output, chosen.output  # an agent chosen is not the default's
+    assert "this run's agent is oracle: --agent openai calls the model" in " ".join(chosen.output.split()), \
+        chosen.output
 
 
 def test_unhonoured_key_in_config_file_is_rejected_too(tmp_path):

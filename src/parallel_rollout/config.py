@@ -168,7 +168,12 @@ class RunConfig:
     def __new__(cls, *args: Any, **keywords: Any) -> RunConfig:
         # a misspelt field (num_vm=2) is named with the one meant, as run(num_vm=2) names it
         check_keywords(cls, keywords)
-        return super().__new__(cls)
+        made = super().__new__(cls)
+        # the fields a call named (a trainer's RunConfig(agent="oracle", …)), which a value equal
+        # to its default does not tell from one left out; none known of a copy
+        # (dataclasses.replace names every field, given or not)
+        made.__dict__["_called_with"] = frozenset(keywords) if len(keywords) < len(_FIELDS) else frozenset()
+        return made
 
     def __post_init__(self) -> None:
         # one tuple of addresses, however given: repeated flags, a comma list, a TOML list,

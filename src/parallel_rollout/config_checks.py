@@ -456,7 +456,7 @@ def check_no_stray_fields(cfg: Any, where: str) -> None:
     (``cfg.max_retry = 0``, a misspelt ``max_retries``): nothing reads it, so the setting the
     trainer meant was silently left at its default."""
     names = [item.name for item in dataclasses.fields(cfg)]
-    stray = sorted(set(vars(cfg)) - set(names))
+    stray = sorted(name for name in set(vars(cfg)) - set(names) if not name.startswith("_"))  # its own: _called_with
     if stray:
         close = closest_setting(stray[0], names)
         raise ConfigError(f"{where}: {stray[0]!r} is no field of {type(cfg).__name__}"

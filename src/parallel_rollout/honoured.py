@@ -59,10 +59,12 @@ def check_honoured(cfg: Any, owners: Users, run: str = "this run") -> None:
         if name in cfg.explicit and not users:
             flag = f"the setting {setting_name(cfg, name)}" if name in FLAGLESS else flag_name(cfg, name)
             # a model's setting with no --agent (a script written for OSWorld's run.py, whose
-            # agent is the model's): the agent that ignores it is the default one, not chosen
-            default = (f"; this run's agent is {cfg.agent}, the default: --agent openai calls the model"
-                       if name in MODEL_OPTIONS and "agent" not in cfg.explicit else "")
-            message = f"{flag} is not used by {run}: it only applies to {needed_by}{cfg.where(name)}" + default
+            # agent is the model's): the agent that ignores it is the default one, not chosen;
+            # one given (--agent oracle, a trainer's agent="oracle") is said without "the default"
+            default = "" if "agent" in cfg.explicit else ", the default"
+            agent = (f"; this run's agent is {cfg.agent}{default}: --agent openai calls the model"
+                     if name in MODEL_OPTIONS else "")
+            message = f"{flag} is not used by {run}: it only applies to {needed_by}{cfg.where(name)}" + agent
             if RESUME_READS in cfg.sources.get(name, ""):
                 # the resumed run was started with it, by a version that took it: its folder
                 # must still finish (it has no flag to take the setting back)

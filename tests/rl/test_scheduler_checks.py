@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from llm_server import LLMServer
 from parallel_rollout.cli import main
+from parallel_rollout.config import RunConfig
 from parallel_rollout.errors import ConfigError, RolloutError
 from parallel_rollout.rl import EnvManagerConfig, TaskSet
 from rl_support import RIGHT, rl_config, tiny_lakes
@@ -270,3 +271,22 @@ def test_a_member_that_gave_up_after_one_request_says_request(tmp_path, schedule
     message = _first_batch_error(tmp_path, schedulers, {"status": 500}, RolloutError, {"max_retries": 0},
                                  max_failed_groups=1)
     assert "gave up after 1 request for this turn (max_retries=0)" in message, message
+
+
+@pytest.mark.parametrize("agent, said", [
+    ({}, "this run's agent is oracle, the default: agent='openai' calls the model"),
+    ({"agent": "oracle"}, "this run's agent is oracle: agent='openai' calls the model"),
+], ids=["agent-left-out", "agent-given"])
+def test_a_model_setting_with_the_oracle_agent_says_the_default_only_when_it_is(tmp_path, schedulers, agent, said):
+    """RunConfig(model=…) with the oracle agent, which calls no model: refused as the scheduler
+    is made, saying the agent is oracle and which agent calls the model; "the default" only when
+    the trainer left agent out. A trainer that wrote agent="oracle" was told it was the
+    default's (only a value other than its default counted as given), as --agent oracle was not."""
+    config = RunConfig(mode="gym", data="frozenlake", model="table", num_rollouts=1, output_dir=str(tmp_path / "out"),
+                       progress=False, **agent)
+    with pytest.raises(ConfigError) as caught:
+        schedulers(config, _tags(tmp_path))
+    message = str(caught.value)
+    assert message == ("RunConfig: model is not used by this scheduler's tags (mode gym): it only applies to agents "
+                       f"that call a model (openai, or a module:Class agent through self.model); {said}"), message
+    assert not (tmp_path / "out").exists()

@@ -307,13 +307,14 @@ def said_of(run_config: RunConfig, error: ConfigError) -> ConfigError:
 
 
 def given_settings(run_config: RunConfig) -> dict[str, Any]:
-    """The settings the trainer gave its RunConfig: those it holds other than their defaults
-    (a RunConfig made in Python has no ``explicit``, which a run's flags and files fill)."""
+    """The settings the trainer gave its RunConfig: those its call named (``agent="oracle"``,
+    the default's value: ``RunConfig.__new__`` keeps them) and those it holds other than their
+    defaults (a RunConfig made in Python has no ``explicit``, which a run's flags and files fill)."""
     from ..call_spelling import SETTING_TYPES
 
-    defaults = RunConfig()
+    defaults, named = RunConfig(), getattr(run_config, "_called_with", frozenset())
     return {name: getattr(run_config, name) for name in SETTING_TYPES
-            if getattr(run_config, name) != getattr(defaults, name)}
+            if name in named or getattr(run_config, name) != getattr(defaults, name)}
 
 
 def in_the_trainers_words(text: str, config: RunConfig, loops_of_env_config: bool = False) -> str:
