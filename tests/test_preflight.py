@@ -157,6 +157,22 @@ def test_a_docker_snapshot_that_is_no_image_is_named_with_its_flag(tmp_path, sna
     assert said[snapshot] in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize("snapshot", ["missing", "file"])
+def test_a_process_snapshot_that_is_no_folder_is_named_with_its_flag(tmp_path, snapshot):
+    """A --snapshot-name of the process provider that is no folder is refused naming the flag,
+    as docker's is: it said "process provider snapshot 'x' is not a folder", no flag, and
+    the same for a file as for a name that does not exist."""
+    name = tmp_path / "home-seed"
+    if snapshot == "file":
+        name.write_text("a file, not the folder a home is copied from")
+    done = dry_run(tmp_path, "--snapshot-name", str(name))
+    assert done.returncode == EXIT_USAGE
+    said = {"missing": f"--snapshot-name '{name}': no such folder ({name}); for the process provider a "
+                       "snapshot is a folder whose content becomes the home",
+            "file": f"--snapshot-name '{name}' is a file, not a folder ({name}); for the process provider"}
+    assert said[snapshot] in " ".join(done.stderr.split()), done.stderr
+
+
 @pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None or shutil.which("qemu-img") is None,
                     reason="needs QEMU")
 def test_a_missing_qemu_image_is_named(tmp_path):

@@ -155,10 +155,11 @@ class ProcessProvider(Provider):
         self.snapshot: Path | None = None
         if self.options.snapshot_name:
             self.snapshot = Path(self.options.snapshot_name).expanduser().resolve()
-            if not self.snapshot.is_dir():
+            if not self.snapshot.is_dir():  # named by its flag, as docker's and qemu's are
+                found = " is a file, not a folder" if self.snapshot.exists() else ": no such folder"
                 raise ConfigError(
-                    f"process provider snapshot {self.options.snapshot_name!r} is not a folder "
-                    f"({self.snapshot}); a snapshot is a folder whose content becomes the home")
+                    f"--snapshot-name {self.options.snapshot_name!r}{found} ({self.snapshot}); for the "
+                    "process provider a snapshot is a folder whose content becomes the home")
         controllers = cgroups.available()
         #: RLIMIT_AS per command: only where no memory cgroup can bound the whole sandbox
         self._limit_as = False
