@@ -263,6 +263,12 @@ def test_remote_vms_are_one_pool_leased_from_every_node(cluster, tmp_path):
         summary = json.loads((tmp_path / "remote" / "summary.json").read_text())
         assert summary["vm"]["size"] == 2 and len(summary["vm"]["nodes"]) == 1  # one pool, not one a node
         assert "[Concurrency] Set max concurrent rollouts to 2" in proc.stderr
+        # the pool actor's own warning (no --vm-key-file), once, on the console and in run.log,
+        # named by its node (it stayed in Ray's log files on that node)
+        warned = [line for line in proc.stderr.splitlines() if "remote provider: no --vm-key-file" in line]
+        assert len(warned) == 1 and warned[0].startswith("[VM pool on node "), proc.stderr[-3000:]
+        logged = (tmp_path / "remote" / "run.log").read_text()
+        assert logged.count("remote provider: no --vm-key-file") == 1 and " WARNING VM pool on node " in logged
         # one pool's VMs (a replacement, if a reset failed, included), each leased only from
         # idle, never more than the two addresses at once: an address is never held twice
         events = [json.loads(line) for line in (tmp_path / "remote" / "events.jsonl").read_text().splitlines()]
@@ -353,3 +359,57 @@ def test_an_agent_the_nodes_cannot_import_stops_the_run_naming_the_error(cluster
     events = [json.loads(line) for line in (tmp_path / "noimport" / "events.jsonl").read_text().splitlines()]
     assert sum(e.get("event") == "worker_died" for e in events) <= 3, events  # none respawned
 
+
+
+#: a command agent that answers one episode's first observation, then exits
+_ONE_EPISODE_AGENT = "import json, sys\nsys.stdin.readline()\nprint(json.dumps('DONE'), flush=True)\n"
+
+
+def test_what_a_nodes_worker_warns_is_on_the_drivers_console_and_in_run_log(cluster, tmp_path):
+    """A command agent that exits after each episode: its worker actor, on its node, warns
+    that it starts it again (agents/command.py) at each episode after its first. Each warning
+    is on the driver's console and in run.log, once, named by its worker and node as a local
+    worker's is by its process ([rollout-worker-3]); they went to Ray's log files on the node
+    only (the driver connects with log_to_driver=False)."""
+    cl, _ = cluster
+    script = tmp_path / "one_episode.py"
+    script.write_text(_ONE_EPISODE_AGENT)
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(f"t{i}") for i in range(7)])
+    cmd = _cli(tmp_path, cl.address, "warns", "--agent", "command", "--agent-cmd", f"{sys.executable} {script}",
+               "--max-retries", "0")
+    cmd[cmd.index("--data") + 1] = str(data)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    records = assert_exactly_once(tmp_path / "warns", {f"t{i}#0" for i in range(7)}).values()
+    # the first episode of each worker starts its agent; each later one warns and starts it again
+    workers = {(r["worker"], r["node"]) for r in records}
+    restarts = len(records) - len(workers)
+    assert restarts >= 4, workers
+    said = [line for line in proc.stderr.splitlines() if "exited between episodes; starting it again" in line]
+    assert len(said) == restarts, proc.stderr[-3000:]
+    named = {f"[worker {worker} on node {node[:8]}] --agent-cmd " for worker, node in workers}
+    assert all(line.split("'")[0] in named for line in said), (said, named)
+    logged = [line for line in (tmp_path / "warns" / "run.log").read_text().splitlines()
+              if "exited between episodes" in line]
+    assert len(logged) == restarts, logged
+    assert all(" WARNING worker w" in line and " parallel_rollout.agents.command: " in line for line in logged), logged
+
+
+def test_a_python_runs_node_warnings_are_said_in_its_keywords(cluster, tmp_path):
+    """The same warning of a node's worker, in the run.log of a Python run() (here a
+    ``python -c``): said as the call spells the setting, agent_cmd='…', as a local worker's
+    are (logs.reworded), not as the CLI's --agent-cmd."""
+    cl, _ = cluster
+    script = tmp_path / "one_episode.py"
+    script.write_text(_ONE_EPISODE_AGENT)
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(f"t{i}") for i in range(5)])
+    call = dict(mode="shell", data=str(data), agent="command", agent_cmd=f"{sys.executable} {script}",
+                backend="ray", ray_address=cl.address, num_rollouts=1, num_vms=1, use_vm_pool=True,
+                max_retries=0, output_dir=str(tmp_path), run_id="said")
+    code = f"from parallel_rollout.api import run\nrun(**{call!r})\n"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    logged = [line for line in (tmp_path / "said" / "run.log").read_text().splitlines()
+              if "exited between episodes" in line]
+    assert logged and all(" on node " in line and f"agent_cmd='{sys.executable} {script}'" in line
+                          and "--agent-cmd" not in line for line in logged), logged

@@ -40,8 +40,8 @@ records to the main process, where ``run.log`` and the console take them.
   So is a console on a full disk (a scheduler's log file: ENOSPC, over quota, EIO,
   ``output_lost``): the run folder, elsewhere, keeps everything (run.log too).
 
-Ray actors (``--backend ray``) are not covered: they log to their own stderr, which Ray
-forwards to the driver's terminal.
+Ray actors (``--backend ray``) are not children: their warnings and errors travel to the
+driver with what it takes from them anyway (``backends.ray_logs``), and ``dispatch`` there.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ class LogCollector:
         self._wake_r, self._wake_w = os.pipe()
         self._closing = False
         #: how its children's warnings are said: as the thread that made it says its own
-        self._rewrite = getattr(_said, "rewrite", None)
+        self._rewrite = thread_rewrite()
         self._thread = threading.Thread(target=self._serve, name="log-collector", daemon=True)
         self._thread.start()
 
@@ -186,12 +186,13 @@ class LogCollector:
         return True
 
 
-def dispatch(record: logging.LogRecord) -> None:
+def dispatch(record: logging.LogRecord, rewrite: Callable[[str], str] | None = None) -> None:
     """Handle a child's record in this process: by its own logger when it is one of the
-    project's, else by the project's logger (so run.log has it too)."""
+    project's, else by the project's logger (so run.log has it too); said through ``rewrite``,
+    or without one through this thread's (``reworded``)."""
     name = record.name
     own = name == PROJECT_LOGGER or name.startswith(PROJECT_LOGGER + ".")
-    _reword(record, getattr(_said, "rewrite", None))
+    _reword(record, rewrite or thread_rewrite())
     logging.getLogger(name if own else PROJECT_LOGGER).handle(record)
 
 
@@ -201,6 +202,12 @@ _said = threading.local()
 #: the record factory ``reworded`` installed, and how many ``reworded`` use it
 _FACTORY: list[Any] = []
 _FACTORY_LOCK = threading.Lock()
+
+
+def thread_rewrite() -> Callable[[str], str] | None:
+    """The rewrite ``reworded`` set for this thread (None: none): one that hands records to
+    ``dispatch`` later, from another thread, keeps it (``LogCollector``, a Ray run's driver)."""
+    return getattr(_said, "rewrite", None)
 
 
 def _reword(record: logging.LogRecord, rewrite: Callable[[str], str] | None) -> None:

@@ -21,7 +21,8 @@ with ``ray.remote`` and pins each to a node. They run inside Ray's worker proces
   files (an OSWorld attempt's screenshots are tens of MB: through Ray and the engine's thread
   for nothing where the driver has them already). A pool apart from the folder keeps its
   events.jsonl lines (``EventLines``) for the driver, which takes them every second, with
-  the pool's stats (``report``), and once more after the pool's shutdown.
+  the pool's stats (``report``), and once more after the pool's shutdown. So do both actors'
+  warnings and errors (``ray_logs``): a pool's with its report, a worker's with its records.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from ..pool.manager import VMPoolManager
 from ..process_group import lead_group, watch_group
 from ..trajectories import pack_files
 from ..worker import LoopParts, RolloutWorker
+from .ray_logs import LOG_LINES, keep_lines
 from .ray_pending import answers_within
 
 #: a node's own folder for attempts' files (its disk is not the driver's); the record brings
@@ -122,8 +124,12 @@ def _ignore_sigint() -> None:
 class PoolActor:
     """One node's VM pool."""
 
-    def __init__(self, *args: Any, run_dir: str, folder_token: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, run_dir: str, folder_token: str | None = None, node_id: str = "",
+                 **kwargs: Any) -> None:
         _ignore_sigint()
+        #: its warnings and errors, for the driver's log (the provider's, as it starts, too),
+        #: named by the node the driver placed it on
+        self.lines = keep_lines(f"VM pool on node {node_id[:8]}")
         run_dir = node_run_dir(run_dir)
         #: the events.jsonl lines of a pool that does not see the driver's folder
         self.events = None if shares_folder(run_dir, folder_token) else EventLines()
@@ -155,9 +161,10 @@ class PoolActor:
         return self.events.take() if self.events is not None else ""
 
     def report(self) -> dict[str, Any]:
-        """What the driver takes every second: ``take_events``' lines and the pool's stats
-        now (a node lost later still counts its leases, resets and boots, as of this)."""
-        return {"events": self.take_events(), "stats": self.pool.stats()}
+        """What the driver takes every second: ``take_events``' lines, the pool's stats now
+        (a node lost later still counts its leases, resets and boots, as of this) and the
+        warnings it logged since (``ray_logs``)."""
+        return {"events": self.take_events(), "stats": self.pool.stats(), LOG_LINES: self.lines.take()}
 
 
 class RayPool:
@@ -208,6 +215,8 @@ class WorkerActor:
         #: why this node cannot make the run's mode or agent (None: it can)
         self.cannot_load: str | None = None
         self._node = _node_id()
+        #: its warnings and errors (its agent's, its env's), for the driver's log
+        self.lines = keep_lines(f"worker {worker_id} on node {self._node[:8]}")
         try:
             get_env(config.mode), get_agent(config.agent)
         except Exception as exc:  # noqa: BLE001 - said to the driver, which stops the run
@@ -231,6 +240,7 @@ class WorkerActor:
         record = self.worker.run_attempt(item, slot, parts)
         self.worker.forget(item.key, item.attempt)
         record["node"] = self._node
+        record[LOG_LINES] = self.lines.take()  # what it said, this attempt's warnings with it
         # Where the driver's folder is not this node's, the turns travel with the record and
         # the driver writes them: a trainer never gets a reward without turns.
         if not self.shares_folder:
@@ -252,20 +262,21 @@ class WorkerActor:
             found[ident] = (where, files)
         return found
 
-    def kill_children(self) -> int:
+    def kill_children(self) -> list[Any]:
         """SIGKILL every descendant (agent subprocesses) before the driver kills the actor,
-        which would leave them orphaned; how many there were. (Those that left its tree but
-        not its process group die by its watcher, once the actor is gone.)"""
+        which would leave them orphaned; the warnings it logged since its last record, which
+        would be lost with it. (Those that left its tree but not its process group die by its
+        watcher, once the actor is gone.)"""
         try:
             children = psutil.Process().children(recursive=True)
         except psutil.Error:
-            return 0
+            children = []
         for child in children:
             try:
                 child.kill()
             except psutil.Error:
                 pass
-        return len(children)
+        return self.lines.take()
 
 
 #: how long a timeout waits for the late actors to say where their attempts are (all at once)

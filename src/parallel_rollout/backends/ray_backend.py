@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ClusterUnreachable, VMError
+from ..logs import thread_rewrite
 from ..messages import Assignment, Cancel
 from ..trajectories import unpack_files
 from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, grace_left
@@ -67,6 +68,7 @@ from .ray_actors import TRAJECTORY_FILES, PoolActor, WorkerActor, mark_folder
 from .ray_cluster import check_reachable, connect, Sweeps, pinned, sweep_cluster, wait_ready, why
 from .ray_deaths import WorkerDeaths
 from .ray_head import HeadWatch, disconnect_lost
+from .ray_logs import LOG_LINES, said_on_driver
 from .ray_nodes import NodeWatch
 from .ray_pending import Pending
 from .ray_pools import Node, pools_stats, stop_pools
@@ -129,6 +131,8 @@ class RayBackend(WorkerTable, NodeWatch, WorkerDeaths):
         #: the token in the run folder's FOLDER_MARK (None: not written; every node sends its files)
         self._folder_token: str | None = None
         self._head = HeadWatch()
+        #: the words of whoever started the run, for the actors' warnings (``ray_logs``)
+        self._rewrite: Any = None
         #: the nodes' sweeps of the run's leftovers, each before its pool and workers
         #: (and, where a node has its own pool, whether the provider can run there: the run's
         #: preflight checked only this host)
@@ -164,6 +168,7 @@ class RayBackend(WorkerTable, NodeWatch, WorkerDeaths):
             raise
         import ray
 
+        self._rewrite = thread_rewrite()  # a Python run()'s, a trainer's: its start is under them
         spec, cfg = self.spec, self.config
         if (nodes := self._head.attach()) is None:  # its GCS did not answer for HEAD_LOST_S
             return self._lose_head()
@@ -195,6 +200,7 @@ class RayBackend(WorkerTable, NodeWatch, WorkerDeaths):
             node.pool = pinned(PoolActor, node_id, max_concurrency=_POOL_CONCURRENCY).remote(
                 cfg.provider_name, spec.run_id, cfg.pool_size,
                 options=spec.provider_options, run_dir=str(spec.run_dir), folder_token=self._folder_token,
+                node_id=node_id,
                 replacement_budget=cfg.replacement_budget,
                 per_worker=not cfg.use_vm_pool, vm_prefix=f"n{len(self._nodes) - 1}-vm-")
             node.watch_ref = node.pool.watch.remote()
@@ -283,6 +289,7 @@ class RayBackend(WorkerTable, NodeWatch, WorkerDeaths):
                 self._refs[ref] = (worker, ident)  # settled with the others below
                 self._on_worker_death(worker, why(exc))
                 continue
+            said_on_driver(record.pop(LOG_LINES, None), self._rewrite)
             if ident in worker.assigned:  # else already settled (timed out): one record
                 self._settle(worker, ident)
                 unpack_files(self.spec.run_dir, record.pop(TRAJECTORY_FILES, None) or {})
@@ -348,7 +355,7 @@ class RayBackend(WorkerTable, NodeWatch, WorkerDeaths):
             # A lost node's pool could not stop its VMs: sweep the run's VMs wherever a node
             # can still see them (nodes sharing a host or a Docker daemon).
             unclean = sweep or any(not n.alive for n in self._nodes.values())
-            unclean = stop_pools(self._nodes.values(), self.spec.run_dir, self._head.lost) or unclean
+            unclean = stop_pools(self._nodes.values(), self.spec.run_dir, self._head.lost, self._rewrite) or unclean
             if self.spec.provider_cls is not None:
                 if unclean and self._head.lost:
                     log.warning("the run's VMs on nodes that did not answer are swept by --resume")

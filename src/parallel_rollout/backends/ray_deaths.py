@@ -28,6 +28,7 @@ from .base import BackendSpec, CrashWindow, EngineHooks, died_record, late_failu
 from .ray_actors import PROGRESS_WAIT_S, RayPool, late_progress
 from .ray_cluster import done_refs, why
 from .ray_head import HeadWatch
+from .ray_logs import said_on_driver
 from .ray_pending import Pending
 from .ray_pools import Node
 
@@ -54,6 +55,7 @@ class WorkerDeaths:
     _crashes: CrashWindow
     _head: HeadWatch
     _shared_home: str | None
+    _rewrite: Any
 
     def _on_worker_death(self, w: Any, reason: str, deliberate: bool = False) -> None:
         """Record what the worker held as worker_died, reclaim its VMs, replace it;
@@ -124,11 +126,13 @@ class WorkerDeaths:
             if ref is None:
                 self._kill_actor(w.actor)
             else:
-                self._pending.add(ref, KILL_WAIT_S, lambda _answer, _exc, actor=w.actor: self._kill_actor(actor))
+                self._pending.add(ref, KILL_WAIT_S, lambda lines, _exc, actor=w.actor: self._kill_actor(actor, lines))
 
-    def _kill_actor(self, actor: Any) -> None:
+    def _kill_actor(self, actor: Any, lines: list[Any] | None = None) -> None:
+        """Kill a worker actor, once the ``lines`` it logged since its last record are said."""
         import ray
 
+        said_on_driver(lines, self._rewrite)
         if self._head.lost:  # ray.kill waits on the head
             return
         try:

@@ -40,6 +40,7 @@ class NodeWatch:
     _head: HeadWatch
     _shared_home: str | None
     _last_poll: float = 0.0
+    _rewrite: Any = None
 
     def cluster(self) -> dict[str, Any] | None:
         """summary.json's ``ray`` section (``ray_pools.cluster_nodes``): the nodes used, lost
@@ -55,7 +56,7 @@ class NodeWatch:
         if time.monotonic() - self._last_poll <= _NODE_POLL_S:
             return None
         self._last_poll = time.monotonic()
-        take_reports(self._nodes.values(), self.spec.run_dir)
+        take_reports(self._nodes.values(), self.spec.run_dir, rewrite=self._rewrite)
         nodes = None if self._head.lost else self._head.alive_nodes()
         if nodes is None:  # the GCS did not answer in time
             return self._lose_head() if self._head.gone() and not self._head.lost else None

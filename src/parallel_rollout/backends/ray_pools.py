@@ -17,9 +17,10 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from .ray_cluster import merge_stats
+from .ray_logs import LOG_LINES, said_on_driver
 from .ray_pending import answers_within
 
 log = logging.getLogger("parallel_rollout")
@@ -55,10 +56,12 @@ class Node:
     lost_reason: str = ""
 
 
-def take_reports(nodes: Iterable[Node], run_dir: Path, wait_s: float = 0.0) -> None:
+def take_reports(nodes: Iterable[Node], run_dir: Path, wait_s: float = 0.0,
+                 rewrite: Callable[[str], str] | None = None) -> None:
     """Take each alive node's pool report if it answered within ``wait_s``: the events.jsonl
     lines it kept since it was last asked (none where the pool writes the folder itself),
-    appended to the run's, and its stats, kept as the node's ``last_stats``; then ask it again.
+    appended to the run's, its stats, kept as the node's ``last_stats``, and its warnings, said
+    in the driver's log through ``rewrite`` (``ray_logs``); then ask it again.
     One call a second per node, the events' own: a lost node's last second is lost with it.
     The calls under way are waited for at once: ``wait_s`` for all, not for each."""
     nodes = [node for node in nodes if node.pool is not None and node.alive]
@@ -69,6 +72,7 @@ def take_reports(nodes: Iterable[Node], run_dir: Path, wait_s: float = 0.0) -> N
             if node.report_ref not in reports:
                 continue
             report = reports[node.report_ref]
+            said_on_driver(report.get(LOG_LINES), rewrite)
             if report.get("stats") is not None:
                 node.last_stats, node.last_stats_at = report["stats"], node.report_asked_at
             if report.get("events"):
@@ -146,10 +150,12 @@ def cluster_nodes(nodes: Iterable[Node], left_out: dict[str, str] | None = None)
     return {"nodes": used, "nodes_left_out": dict(left_out or {})}
 
 
-def stop_pools(nodes: Iterable[Node], run_dir: Path, head_lost: bool = False) -> bool:
+def stop_pools(nodes: Iterable[Node], run_dir: Path, head_lost: bool = False,
+               rewrite: Callable[[str], str] | None = None) -> bool:
     """Shut every alive node's pool down (its stats kept in ``final_stats``, its last
-    events.jsonl lines taken) and kill every pool actor; True when one left VMs behind (boots
-    it stopped waiting for, a pool that did not answer): the run's VMs are then swept. The
+    events.jsonl lines and warnings taken, these said through ``rewrite``) and kill every pool
+    actor; True when one left VMs behind (boots it stopped waiting for, a pool that did not
+    answer): the run's VMs are then swept. The
     pools are asked at once, under one deadline (``POOL_SHUTDOWN_S``): one that does not
     answer (its node paused or stalled) holds the run's end that long once, not once for
     each pool. ``head_lost``: the cluster's head is gone, and Ray ends the driver soon: the
@@ -173,8 +179,8 @@ def stop_pools(nodes: Iterable[Node], run_dir: Path, head_lost: bool = False) ->
         node.lost_reason = node.lost_reason or (f"its pool did not answer its shutdown within {wait_s:.0f}s "
                                                 "(its node paused, stalled or gone)")
     stopped = [node for node in alive if node.final_stats is not None]
-    take_reports(stopped, run_dir, wait_s=10)  # the calls under way,
-    take_reports(stopped, run_dir, wait_s=10)  # then the rest
+    take_reports(stopped, run_dir, wait_s=10, rewrite=rewrite)  # the calls under way,
+    take_reports(stopped, run_dir, wait_s=10, rewrite=rewrite)  # then the rest
     for node in nodes if not head_lost else ():
         try:
             ray.kill(node.pool, no_restart=True)
