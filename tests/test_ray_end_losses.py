@@ -69,6 +69,10 @@ def test_a_node_that_dies_as_the_run_ends_is_said_lost_not_unswept(tmp_path):
     lost = engine.final_cluster["nodes"][victim.node_id]
     assert lost == {"lost": True, "reason": f"node {victim.node_id[:8]} left the cluster as the run ended"}, lost
     assert [line for line in said.lines if line.startswith(lost["reason"])], said.lines
+    # its pool's shutdown failed at once, its node gone: said so, not as a wait for an answer
+    stopped = [line for line in said.lines if line.startswith(f"the pool of node {victim.node_id[:8]} did not shut")]
+    assert stopped and all("shutdown failed at once: the pool or its node is gone" in line and "within" not in line
+               for line in stopped), stopped
     # its pool's VMs counted dead, and why; the run's events say it too
     pool = engine.final_pool_stats["nodes"][victim.node_id]
     assert pool["lost"] is True and pool["reason"] == lost["reason"], pool

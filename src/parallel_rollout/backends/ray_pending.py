@@ -83,7 +83,8 @@ class Pending:
 def answers_within(refs: list[Any], wait_s: float, failed: Any = None) -> dict[Any, Any]:
     """The answers of the calls ``refs`` that ended within ``wait_s``, waited for at once under
     one deadline (never ``wait_s`` for each), by reference; a call that failed (its actor died,
-    or it raised) answers ``failed``; one still under way is left out."""
+    or it raised) answers ``failed``, or ``failed(its exception)`` when that is a function or
+    a class; one still under way is left out."""
     import ray
 
     if not refs:
@@ -92,6 +93,6 @@ def answers_within(refs: list[Any], wait_s: float, failed: Any = None) -> dict[A
     for ref in ray.wait(refs, num_returns=len(refs), timeout=wait_s)[0]:
         try:
             answers[ref] = ray.get(ref, timeout=0)
-        except Exception:  # noqa: BLE001 - the actor (or its node) died, or it raised
-            answers[ref] = failed
+        except Exception as exc:  # noqa: BLE001 - the actor (or its node) died, or it raised
+            answers[ref] = failed(exc) if callable(failed) else failed
     return answers

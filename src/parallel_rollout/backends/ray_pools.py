@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .ray_cluster import merge_stats
+from .ray_cluster import merge_stats, why
 from .ray_logs import LOG_LINES, said_on_driver
 from .ray_pending import answers_within
 
@@ -31,8 +31,13 @@ REPORT_STALE_S = 5.0
 POOL_SHUTDOWN_S = 120.0
 #: the same once the cluster's head is lost (Ray ends the driver soon)
 POOL_SHUTDOWN_HEAD_LOST_S = 10.0
-#: a pool's call that failed: as if it did not answer (``_ask_pools``)
-_FAILED = object()
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """A pool's call that failed at once (``_ask_pools``): its actor or its node is gone."""
+
+    exc: BaseException
 
 
 @dataclass
@@ -155,7 +160,7 @@ def stop_pools(nodes: Iterable[Node], run_dir: Path, head_lost: bool = False,
     """Shut every alive node's pool down (its stats kept in ``final_stats``, its last
     events.jsonl lines and warnings taken, these said through ``rewrite``) and kill every pool
     actor; True when one left VMs behind (boots it stopped waiting for, a pool that did not
-    answer): the run's VMs are then swept. The
+    answer or whose shutdown failed, its node gone): the run's VMs are then swept. The
     pools are asked at once, under one deadline (``POOL_SHUTDOWN_S``): one that does not
     answer (its node paused or stalled) holds the run's end that long once, not once for
     each pool. ``head_lost``: the cluster's head is gone, and Ray ends the driver soon: the
@@ -167,17 +172,19 @@ def stop_pools(nodes: Iterable[Node], run_dir: Path, head_lost: bool = False,
     alive = [node for node in nodes if node.alive]
     wait_s = POOL_SHUTDOWN_HEAD_LOST_S if head_lost else POOL_SHUTDOWN_S
     left_vms = _ask_pools(alive, "shutdown", wait_s)
-    stats = _ask_pools([node for node in alive if node.node_id in left_vms], "stats", 10)
-    unclean = any(left_vms.values())  # boots a pool stopped waiting for: swept after
+    failed = {node_id: said for node_id, said in left_vms.items() if isinstance(said, _Failed)}
+    stats = _ask_pools([node for node in alive if node.node_id in left_vms.keys() - failed], "stats", 10)
+    unclean = any(said for said in left_vms.values() if not isinstance(said, _Failed))  # boots it stopped waiting for
     for node in alive:
-        if node.node_id in stats:
+        if node.node_id in stats and not isinstance(stats[node.node_id], _Failed):
             node.final_stats = stats[node.node_id]
             continue
-        log.warning("the pool of node %s did not shut down; sweeping it", node.node_id[:8])
+        reason = (_shutdown_failed(failed[node.node_id].exc) if node.node_id in failed else
+                  f"its pool did not answer its shutdown within {wait_s:.0f}s (its node paused, stalled or gone)")
+        log.warning("the pool of node %s did not shut down (%s); sweeping it", node.node_id[:8], reason)
         unclean = True
         node.alive = not head_lost  # its VMs counted dead (no final stats); not asked again
-        node.lost_reason = node.lost_reason or (f"its pool did not answer its shutdown within {wait_s:.0f}s "
-                                                "(its node paused, stalled or gone)")
+        node.lost_reason = node.lost_reason or reason
     stopped = [node for node in alive if node.final_stats is not None]
     take_reports(stopped, run_dir, wait_s=10, rewrite=rewrite)  # the calls under way,
     take_reports(stopped, run_dir, wait_s=10, rewrite=rewrite)  # then the rest
@@ -189,14 +196,26 @@ def stop_pools(nodes: Iterable[Node], run_dir: Path, head_lost: bool = False,
     return unclean
 
 
+def _shutdown_failed(exc: BaseException) -> str:
+    """Why a pool whose shutdown call failed at once did not shut down: its actor (with its
+    node, or alone) is gone, which Ray says at once, or the shutdown raised (its error)."""
+    from ray.exceptions import RayActorError
+
+    if isinstance(exc, RayActorError):
+        return f"its pool's shutdown failed at once: the pool or its node is gone ({type(exc).__name__})"
+    return f"its pool's shutdown failed: {why(exc)}"
+
+
 def _ask_pools(nodes: list[Node], name: str, wait_s: float) -> dict[str, Any]:
     """Each node's pool's ``call(name)`` answer, by node id: every pool asked at once and
-    waited for under one deadline; a pool that failed or did not answer in time has none."""
+    waited for under one deadline: a ``_Failed`` for a call that failed (the pool or its node
+    gone); none for one that did not answer in time."""
     asked: dict[Any, str] = {}
+    refused: dict[str, Any] = {}
     for node in nodes:
         try:
             asked[node.pool.call.remote(name)] = node.node_id
-        except Exception:  # noqa: BLE001 - the pool is gone
-            pass
-    answers = answers_within(list(asked), wait_s, failed=_FAILED)
-    return {asked[ref]: answer for ref, answer in answers.items() if answer is not _FAILED}
+        except Exception as exc:  # noqa: BLE001 - the pool is gone
+            refused[node.node_id] = _Failed(exc)
+    answers = answers_within(list(asked), wait_s, failed=_Failed)
+    return {**refused, **{asked[ref]: answer for ref, answer in answers.items()}}
