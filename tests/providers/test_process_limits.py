@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bub
 def test_config_errors(base_dir, tmp_path):
     with pytest.raises(ConfigError, match="--path-to-vm cannot be honoured"):
         ProcessProvider("r", ProviderOptions(path_to_vm="/x.vmx"), base_dir=base_dir)
-    with pytest.raises(ConfigError, match="not a folder"):
+    with pytest.raises(ConfigError, match="--snapshot-name .*: no such folder"):
         ProcessProvider("r", ProviderOptions(snapshot_name=str(tmp_path / "nope")),
                         base_dir=base_dir)
     with pytest.raises(ConfigError, match="run id"):

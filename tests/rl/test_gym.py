@@ -120,7 +120,7 @@ def test_generated_map_is_seeded_and_slips_are_seeded():
     ({"id": "x", "size": 40}, "'size' must be 2-16"),
     ({"id": "x", "size": 4, "map_name": "4x4"}, "one of the fields"),
     ({"id": "x", "game": "Tetris"}, "'game' must be one of FrozenLake, Sokoban"),
-    ({"id": "x", "is_slippery": "yes"}, "'is_slippery' must be bool"),
+    ({"id": "x", "is_slippery": "yes"}, "'is_slippery' must be true or false, got a string"),
     ({"id": "x", "max_steps": 0}, "'max_steps' must be at least 1"),
 ])
 def test_bad_task_names_file_line_and_field(tmp_path, line, message):
