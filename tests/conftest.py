@@ -401,6 +401,17 @@ LONG_TESTS = frozenset({
     "tests/test_osworld_export.py::test_a_sample_graded_without_the_evaluators_result_is_scored_by_osworlds_scripts_as_by_the_run",
     "tests/test_outside_stops.py::test_a_guest_agent_stopped_from_outside_past_the_task_timeout_is_not_the_tasks_timeout",
     "tests/test_osworld_resume_data.py::test_a_run_started_again_after_a_stop_says_which_run_to_resume",
+    # a CI-style run took 26:41: a node's warnings said in a Python run()'s keywords (its CLI
+    # test keeps the lines' way to the driver, test_api_life the keywords), a worker dying beside
+    # a paused pool (its module's cluster with it: test_ray_lost_nodes keeps a node's death), an
+    # output flood as nobody (the runner's case stays), a ray run's second resume flag, a
+    # machine that never answers set in a config file (the flags' cases stay, and the file's
+    # words of test_a_provider_that_refuses_its_settings_says_where_they_were_given)
+    "tests/test_ray_backend.py::test_a_python_runs_node_warnings_are_said_in_its_keywords",
+    "tests/test_ray_stalls.py::test_a_dead_worker_s_paused_pool_holds_back_no_other_node",
+    "tests/test_vm_costs.py::test_an_output_flood_costs_no_process_its_size[nobody]",
+    "tests/test_ray_config.py::test_a_ray_run_resumes_on_the_local_backend[flags1]",
+    "tests/providers/test_machine_settings.py::test_a_machine_that_does_not_answer_is_named_with_the_flags_to_check[none-in-config]",
 })
 #: the same, by the start of their ids (ids with free text in them)
 SLOW_CASE_PREFIXES = (
