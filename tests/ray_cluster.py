@@ -42,6 +42,18 @@ _RAY_SYSTEM = ("raylet", "gcs_server", "ray::IDLE", "ray::DashboardAgent", "ray:
                "plasma")
 _NODE = dict(num_cpus=1, object_store_memory=80 * 1024 * 1024)
 
+#: a head node of its own (run with ``python -c``), token authentication as the environment's
+#: RAY_AUTH_MODE and RAY_AUTH_TOKEN say (Ray reads them as it is imported: a process of its
+#: own), up until its stdin closes; it prints its address
+TOKEN_HEAD = f"""
+import sys
+from ray.cluster_utils import Cluster
+head = Cluster(initialize_head=True, connect=False, head_node_args=dict({_NODE!r}, include_dashboard=False))
+print(head.address, flush=True)
+sys.stdin.read()
+head.shutdown()
+"""
+
 
 def _is_ray_system(proc: psutil.Process) -> bool:
     try:

@@ -24,7 +24,7 @@ import pytest
 
 import ray_cluster
 from conftest import assert_exactly_once, read_results, shell_task, write_tasks
-from ray_cluster import _NODE, _cli, assert_ray_stopped, communicate, own_ray_tmp
+from ray_cluster import _NODE, TOKEN_HEAD, _cli, assert_ray_stopped, communicate, own_ray_tmp
 
 # the module's fixtures: a cluster (made when a test first asks for it) and the leak check
 cluster, no_leaks = ray_cluster.cluster, ray_cluster.no_leaks
@@ -89,17 +89,6 @@ def test_sigterm_stops_a_run_on_a_ray_instance_of_its_own(tmp_path):
         assert_ray_stopped(ray_tmp)
 
 
-#: a head node of its own, token authentication on, up until its stdin closes
-_TOKEN_HEAD = f"""
-import sys
-from ray.cluster_utils import Cluster
-head = Cluster(initialize_head=True, connect=False, head_node_args=dict({_NODE!r}, include_dashboard=False))
-print(head.address, flush=True)
-sys.stdin.read()
-head.shutdown()
-"""
-
-
 @pytest.mark.slow
 def test_a_cluster_that_refuses_the_driver_s_token_is_the_run_s_error(tmp_path):
     """A head node that takes connections but refuses this driver's token: after Ray's own
@@ -107,7 +96,7 @@ def test_a_cluster_that_refuses_the_driver_s_token_is_the_run_s_error(tmp_path):
     it opened holds no result, and its summary says why it stopped."""
     with own_ray_tmp("pr-tok-") as ray_tmp:
         env = dict(os.environ, RAY_TMPDIR=str(ray_tmp), RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="a" * 32)
-        head = subprocess.Popen([sys.executable, "-c", _TOKEN_HEAD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        head = subprocess.Popen([sys.executable, "-c", TOKEN_HEAD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 text=True, env=env)
         try:
             address = head.stdout.readline().strip()

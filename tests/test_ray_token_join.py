@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ray_cluster import _NODE, own_ray_tmp, ray_start_node
+from ray_cluster import TOKEN_HEAD, own_ray_tmp, ray_start_node
 
 _STARTED, _REFUSED = "Ray runtime started", "InvalidAuthToken"
 
@@ -31,25 +31,12 @@ def _joined(address: str, log: Path) -> str:
     raise AssertionError(f"the node neither started nor was refused: {log.read_text()[-2000:]}")
 
 
-#: a head node with token authentication (the environment's RAY_AUTH_MODE and RAY_AUTH_TOKEN),
-#: up until its stdin closes; it says its address (Ray reads the mode as it is imported: a
-#: process of its own)
-_TOKEN_HEAD = f"""
-import sys
-from ray.cluster_utils import Cluster
-head = Cluster(initialize_head=True, connect=False, head_node_args=dict({_NODE!r}, include_dashboard=False))
-print(head.address, flush=True)
-sys.stdin.read()
-head.shutdown()
-"""
-
-
 @pytest.mark.slow
 def test_a_host_joins_a_token_cluster_with_its_token_and_ray_auth_mode(tmp_path, monkeypatch):
     with own_ray_tmp("pr-tkj-") as ray_tmp:
         monkeypatch.setenv("RAY_TMPDIR", str(ray_tmp))
         monkeypatch.setenv("RAY_AUTH_TOKEN", "d" * 32)
-        head = subprocess.Popen([sys.executable, "-c", _TOKEN_HEAD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        head = subprocess.Popen([sys.executable, "-c", TOKEN_HEAD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 text=True, env=dict(os.environ, RAY_AUTH_MODE="token"))
         try:
             address = head.stdout.readline().strip()
