@@ -6,6 +6,7 @@ import abc
 import math
 import numbers
 import reprlib
+import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -262,9 +263,9 @@ def require(payload: Mapping[str, Any], name: str, kind: type | tuple[type, ...]
 
 
 #: the longest wait a command's timeout can be: what a thread's wait, and so a subprocess's,
-#: takes (``threading.TIMEOUT_MAX``, about 292 years); a longer one raised OverflowError as the
-#: attempt ran (an error of the task's, at reward 0, where the file said "no limit")
-MAX_TIMEOUT_S = 9223372036
+#: takes (about 292 years here); a longer one raised OverflowError as the attempt ran (an error
+#: of the task's, at reward 0, where the file said "no limit")
+MAX_TIMEOUT_S = int(threading.TIMEOUT_MAX)
 
 
 def require_seconds(payload: Mapping[str, Any], name: str) -> None:
