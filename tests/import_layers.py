@@ -46,7 +46,7 @@ LAYERS: list[list[str]] = [
     ["pool/", "envs/", "agents/"],
     ["guest/"],
     ["report/"],
-    ["config.py", "config_checks.py", "setting_types.py", "vm_address.py", "pool_sizing.py", "messages.py", "records.py", "tasks.py", "tasks_osworld.py",
+    ["config.py", "config_checks.py", "setting_types.py", "vm_address.py", "pool_sizing.py", "messages.py", "records.py", "tasks.py", "task_files.py", "tasks_osworld.py",
      "task_json.py", "tasks_parquet.py", "results.py", "run_lock.py", "plugins.py", "policy_gate.py", "gate_client.py", "provenance.py",
      "trajectories.py", "logs.py", "run_log.py", "output_checks.py", "process_group.py", "main_guard.py"],
     ["errors.py", "exit_codes.py", "__init__.py", "worker_cgroup.py"],

@@ -27,7 +27,7 @@ from click.core import ParameterSource
 from click.shell_completion import CompletionItem
 
 from .cli_aliases import translate_osworld_flags
-from .config import RunConfig
+from .config import NAMED_DATASETS, RunConfig
 from .config_checks import GATE_SYNONYMS, TYPED, check_not_stdout, gate_setting
 from .errors import ConfigError
 from .logs import NOT_ON_CONSOLE, PROJECT_LOGGER, say
@@ -174,10 +174,8 @@ class RegistryOption(click.Option):
 
 
 def dataset_help(template: str) -> Callable[[], str]:
-    """--data's help with the named datasets of ``tasks.NAMED_DATASETS``."""
+    """--data's help with the named datasets of ``config.NAMED_DATASETS``."""
     def build() -> str:
-        from .tasks import NAMED_DATASETS
-
         return template.format(names=", ".join(sorted(NAMED_DATASETS)))
     return build
 

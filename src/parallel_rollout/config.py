@@ -414,7 +414,7 @@ def _stored_path(values: dict[str, Any]) -> Path:
 
 
 #: names --data accepts instead of a path: datasets that ship inside a Python package, and
-#: where each one's file is found (``tasks.resolve_data`` imports it when used)
+#: where each one's file is found (``task_files.resolve_data`` imports it when used)
 NAMED_DATASETS = {
     "humaneval": "parallel_rollout.envs.py:humaneval_path",
     "frozenlake": "parallel_rollout.envs.gym:frozenlake_path",

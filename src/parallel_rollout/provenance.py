@@ -127,7 +127,7 @@ def data_hashes(data: str, domain: str = "all", index: str | None = None) -> lis
     hash over the files its run of ``domain`` and ``index`` reads (the index, then the task
     files it selects), with their count and each one's hash (``file_sha256``, by its path
     under the folder)."""
-    from .tasks import resolve_data
+    from .task_files import resolve_data
     from .tasks_osworld import DEFAULT_INDEX, task_files
 
     path = resolve_data(data)

@@ -77,7 +77,7 @@ from typing import Any
 from ..errors import ConfigError, TaskFileError, TaskTimeout
 from ..pool.providers import host_dirs
 from ..envs import task_answer_files
-from ..tasks import resolve_data
+from ..task_files import resolve_data
 from .base import Agent
 from .command_checks import check_program, check_script, exec_failure_hint, shell_syntax_problem
 from .agent_sandbox import SCRATCH, check_sandbox, current_folder, runner_code, within

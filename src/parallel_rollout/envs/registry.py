@@ -189,7 +189,7 @@ def run_task_set(cfg: "RunConfig", task_fields: frozenset[str]) -> Any:
     task file took it in silence) still finishes."""
     from ..tasks import load_task_set
 
-    from ..tasks import declared_mode
+    from ..task_files import declared_mode
 
     given = {name for name in cfg.explicit if RESUME_READS not in cfg.sources.get(name, "")}
     try:
@@ -226,9 +226,9 @@ def with_mode_defaults(cfg: "RunConfig") -> "RunConfig":
     ``max_turns`` (web 20, py 1 …: ``Env.turn_limit``). What config.json records,
     --print-config shows and a resume compares is then what the run uses. ConfigError for an
     unknown mode, or a built-in --mode that is not the named dataset's; TaskFileError, without
-    --mode, for a task file whose tasks name modes no one run has (``tasks.mixed_modes``)."""
+    --mode, for a task file whose tasks name modes no one run has (``task_files.mixed_modes``)."""
     from ..config import NAMED_DATASET_MODES
-    from ..tasks import declared_mode, mixed_modes
+    from ..task_files import declared_mode, mixed_modes
 
     named = NAMED_DATASET_MODES.get((cfg.data or "").lower())
     # with --mode given only an OSWorld folder's mode is compared, so a task file is not read

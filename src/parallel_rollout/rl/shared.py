@@ -267,7 +267,7 @@ def files_of(data: list[str | None]) -> list[str]:
     """The files task sets' ``data`` name (a path, or a named dataset's file: HumanEval's), as
     the loader finds them; one that does not resolve, or is no file, is left out."""
     from ..errors import TaskFileError
-    from ..tasks import resolve_data
+    from ..task_files import resolve_data
 
     found = []
     for name in data:

@@ -107,7 +107,7 @@ def hidden_files(config: RunConfig, vm_envs: list[Any], answer_files: tuple[str,
     against local files (osworld's ``Env.answer_files``) those gold files (``answer_files``,
     found by the envs: wherever a task names them), and the download cache that keeps the gold
     files behind URLs (made when missing, so that a download mid-run lands in the hidden folder)."""
-    from ...tasks import resolve_data
+    from ...task_files import resolve_data
     from .host_dirs import OSWORLD_CACHE
 
     found: list[str] = []
