@@ -120,3 +120,23 @@ def test_a_misspelt_env_manager_field_names_the_one_meant():
                                         r"did you mean num_env_groups\?$"):
         EnvManagerConfig(num_env_group=8, group_size=2)
     assert EnvManagerConfig(num_env_groups=8, group_size=2).num_env_groups == 8
+
+
+def test_a_misspelt_scheduler_keyword_names_the_one_meant(tmp_path):
+    """RolloutScheduler(run_config, async_ratio=1) (async_generation_ratio misspelt) raised
+    Python's bare TypeError, where RunConfig's and EnvManagerConfig's misspelt fields are named
+    with the one meant; TaskSet(dat=...), the other settings a trainer writes, likewise. Refused
+    before anything starts; a keyword no setting is close to gets no guess."""
+    from parallel_rollout.rl import RolloutScheduler, TaskSet
+
+    config = RunConfig(mode="gym", agent="oracle", output_dir=str(tmp_path / "out"))
+    with pytest.raises(TypeError, match=r"^RolloutScheduler\(\) got an unexpected keyword argument 'async_ratio'; "
+                                        r"did you mean async_generation_ratio\?$") as caught:
+        RolloutScheduler(config, async_ratio=1)
+    assert isinstance(caught.value, ConfigError)
+    with pytest.raises(TypeError, match=r"keyword argument 'threshold'$"):  # no gate of a run here
+        RolloutScheduler(config, threshold=1)
+    with pytest.raises(TypeError, match=r"^TaskSet\(\) got an unexpected keyword argument 'dat'; did you mean data\?$"):
+        TaskSet("gym", dat="tiny.jsonl")
+    assert TaskSet("gym", data="tiny.jsonl").data == "tiny.jsonl"
+    assert not (tmp_path / "out").exists()

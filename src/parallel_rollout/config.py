@@ -21,7 +21,7 @@ from typing import Any
 from .config_checks import (RESUME_READS, flag_name, parse_sampling, set_off_the_command_line, set_where,
                             setting_name, unknown_key, validate_ranges, written_in)
 from .errors import ConfigError
-from .setting_types import PATH_SETTINGS, check_keywords, checked_value, one_or_list, split_addresses
+from .setting_types import PATH_SETTINGS, CheckedKeywords, checked_value, one_or_list, split_addresses
 
 try:
     import tomllib
@@ -30,7 +30,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 
 @dataclass
-class RunConfig:
+class RunConfig(CheckedKeywords):
     """Every setting of a run; field names are the CLI flags with dashes as underscores."""
 
     mode: str = "shell"
@@ -167,8 +167,7 @@ class RunConfig:
 
     def __new__(cls, *args: Any, **keywords: Any) -> RunConfig:
         # a misspelt field (num_vm=2) is named with the one meant, as run(num_vm=2) names it
-        check_keywords(cls, keywords)
-        made = super().__new__(cls)
+        made = super().__new__(cls, *args, **keywords)
         # the fields a call named (a trainer's RunConfig(agent="oracle", …)), which a value equal
         # to its default does not tell from one left out; none known of a copy
         # (dataclasses.replace names every field, given or not)

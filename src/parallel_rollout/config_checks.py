@@ -444,11 +444,14 @@ def typed_text(value: Any, python: bool = False) -> str:
 
 def closest_setting(name: str, names: Any) -> str | None:
     """The setting (of ``names``, underscored) that ``name`` (underscored) misspells or that
-    another tool calls so (``GATE_SYNONYMS``), None when none is close."""
+    another tool calls so (``GATE_SYNONYMS``) or the one setting that holds each of its words
+    (``async_ratio``: async_generation_ratio), None when none is close."""
     if name in GATE_SYNONYMS:
         return GATE_SYNONYMS[name]
-    close = difflib.get_close_matches(name, list(names), n=1, cutoff=0.75)
-    return close[0] if close else None
+    names, words = list(names), set(name.split("_"))
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
+    holding = [each for each in names if len(words) > 1 and words <= set(each.split("_"))]
+    return close[0] if close else holding[0] if len(holding) == 1 else None
 
 
 def check_no_stray_fields(cfg: Any, where: str) -> None:

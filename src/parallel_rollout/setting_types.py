@@ -10,6 +10,8 @@ imports nothing of the project but ``errors`` and ``config_checks``.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import numbers
 import os
 from typing import Any
@@ -29,13 +31,33 @@ class UnknownField(ConfigError, TypeError):
 
 
 def check_keywords(cls: Any, keywords: Any) -> None:
-    """UnknownField for the first of ``keywords`` that is no field of the dataclass ``cls``."""
-    names = [item.name for item in dataclasses.fields(cls)]
+    """UnknownField for the first of ``keywords`` that is no keyword of ``cls``'s ``__init__``
+    (a dataclass's: its fields), with the public one it misspells, if any."""
+    names = _init_keywords(cls)
     for key in keywords:
         if key not in names:
-            close = closest_setting(key, names)
+            public = [name for name in names if not name.startswith("_")]
+            close = closest_setting(key, public)
+            close = close if close in public else None  # a gate's synonym is a run's setting only
             raise UnknownField(f"{cls.__name__}() got an unexpected keyword argument {key!r}"
                                + (f"; did you mean {close}?" if close else ""))
+
+
+@functools.cache
+def _init_keywords(cls: Any) -> tuple[str, ...]:
+    """The names ``cls(...)`` takes as keywords."""
+    taken = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return tuple(item.name for item in inspect.signature(cls.__init__).parameters.values()
+                 if item.kind in taken and item.name != "self")
+
+
+class CheckedKeywords:
+    """A base whose call names a misspelt keyword with the one meant (``check_keywords``), as
+    ``run()`` and a config file's key do: ``RolloutScheduler(config, async_ratio=1)``."""
+
+    def __new__(cls, *args: Any, **keywords: Any) -> Any:
+        check_keywords(cls, keywords)
+        return super().__new__(cls)
 
 
 def one_or_list(value: Any) -> str | list[str] | None:

@@ -35,11 +35,11 @@ from typing import Any, Mapping
 from ..config import RunConfig
 from ..config_checks import check_no_stray_fields, check_vm_sharing, validate_ranges
 from ..errors import ConfigError, TaskFileError
-from ..setting_types import check_fields, check_keywords
+from ..setting_types import CheckedKeywords, check_fields
 
 
 @dataclass(frozen=True)
-class TaskSet:
+class TaskSet(CheckedKeywords):
     """Where a tag's tasks come from: a mode, its data, and optionally only the tasks that
     carry every one of ``tags``, at most ``limit`` of them."""
 
@@ -62,7 +62,7 @@ BUILTIN_TASK_SETS = {
 
 
 @dataclass
-class EnvManagerConfig:
+class EnvManagerConfig(CheckedKeywords):
     """ROLL's env manager settings for one scheduler (train, validation, baseline …)."""
 
     #: groups' worth of env slots (× members) running at once; None: as many as the engine's
@@ -79,11 +79,6 @@ class EnvManagerConfig:
     max_env_num_per_worker: int | None = None
     #: tag name -> TaskSet, for tags that are neither built in nor a mode's name
     task_sets: dict[str, TaskSet] = field(default_factory=dict)
-
-    def __new__(cls, *args: Any, **keywords: Any) -> EnvManagerConfig:
-        # a misspelt field (num_env_group=8) is named with the one meant, as RunConfig's is
-        check_keywords(cls, keywords)
-        return super().__new__(cls)
 
     @property
     def members(self) -> int:

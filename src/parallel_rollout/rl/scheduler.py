@@ -47,6 +47,7 @@ from ..config_checks import check_sampling
 from ..errors import ConfigError, RolloutError
 from ..main_guard import check_guarded
 from ..policy_gate import whole_number_from
+from ..setting_types import CheckedKeywords
 from .batches import ReadyBatches
 from .budget import BatchBudget, check_timeout
 from .callers import TakingTurns
@@ -85,7 +86,7 @@ class SchedulerSuspended(RolloutError):
     kind = "scheduler_suspended"
 
 
-class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns):
+class RolloutScheduler(CheckedKeywords, ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns):
     """Hands out batches of whole groups; see the module docstring (the generation side is
     ``generation.GroupGeneration``, batches of named tasks ``chosen.ChosenBatches``, which
     ready groups make a batch ``batches.ReadyBatches``, calls from several threads
