@@ -88,6 +88,41 @@ def test_an_osworld_tasks_instruction_and_evaluator_are_said_in_json_words(tmp_p
     assert f"{examples / 'numbered.json'}:1: task 'numbered': field 'instruction' must be a string, got 7" in said, said
 
 
+#: an id of the wrong kind, or none -> what the refusal says after "FILE:LINE: ": it said
+#: "missing field 'id'" of "id": null, which the record has, and Python's "got list"
+WRONG_IDS = {
+    "null": ({"id": None}, "field 'id' must be a string or a whole number, got null"),
+    "list": ({"id": [1]}, "field 'id' must be a string or a whole number, got a list"),
+    "true": ({"id": True}, "field 'id' must be a string or a whole number, got true"),
+    "object": ({"id": {}}, "field 'id' must be a string or a whole number, got an object"),
+    "fraction": ({"id": 1.5}, "field 'id' must be a string or a whole number, got 1.5"),
+    "empty": ({"id": ""}, "field 'id' is empty"),
+    "blank": ({"id": "  "}, "field 'id' is empty"),
+    "task_id null": ({"id": "left out", "task_id": None}, "field 'task_id' must be a string or a whole number, got null"),
+    "none": ({"id": "left out"}, "missing field 'id'"),
+}
+
+
+@pytest.mark.parametrize("case", list(WRONG_IDS))
+def test_a_task_id_of_the_wrong_kind_is_said_as_the_file_has_it(tmp_path, case):
+    fields, reason = WRONG_IDS[case]
+    task = {k: v for k, v in {**shell_task("s"), **fields}.items() if v != "left out"}
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("first"), task])
+    code, said = _dry_run(data)
+    assert code == EXIT_USAGE, said
+    assert f"{data}:2: {reason}" in said, said
+
+
+@pytest.mark.parametrize("line, said", [("[1, 2]", "a list"), ("null", "null"), ('"s"', "a string"), ("7", "7")])
+def test_a_line_that_is_no_object_is_said_as_the_file_has_it(tmp_path, line, said):
+    """A line of another JSON value than an object: it said Python's "got list", "got NoneType"."""
+    data = tmp_path / "tasks.jsonl"
+    data.write_text(json.dumps(shell_task("first")) + "\n" + line + "\n")
+    code, out = _dry_run(data)
+    assert code == EXIT_USAGE, out
+    assert f"{data}:2: a task is a JSON object, got {said}" in out, out
+
+
 def test_fields_of_their_kind_load(tmp_path):
     """A guard beside the refusals: the same fields given as JSON writes them load."""
     tasks = [shell_task("s", setup=["echo hi"], reap=True, timeout=2.5), {**_MATH, "answer": 2},

@@ -1,13 +1,17 @@
 """One task file's JSON as a run can keep it: ``parse_json`` reads a file or a line and
 refuses, naming ``file:line``, what ``results.jsonl`` could not store (a number JSON does not
 have, a number past float or Python's digit limit, text with a lone surrogate); a syntax
-error says its line and column. Shared by the task loaders (``tasks.py``, ``tasks_osworld.py``).
+error says its line and column; ``as_written``, ``kinds_said`` and ``value_said`` say a field's
+value and kinds in the file's words, JSON's. Shared by the task loaders (``tasks.py``,
+``tasks_osworld.py``) and the modes' field checks (``envs.base.require``).
 """
 
 from __future__ import annotations
 
 import json
+import numbers
 import re
+import reprlib
 from pathlib import Path
 from typing import Any
 
@@ -117,3 +121,24 @@ def as_written(value: Any) -> str:
     """A field's value in an error, as the task file wrote it (JSON: ``"7"``, ``true``), cut
     at 80 characters."""
     return json.dumps(value, ensure_ascii=False, default=str)[:80]
+
+
+#: how a task file's value kinds are said: in JSON's words, as the file writes them
+JSON_WORDS = {dict: "an object", list: "a list", str: "a string", bool: "true or false", int: "a whole number",
+              float: "a number"}
+
+
+def kinds_said(kinds: tuple[type, ...]) -> str:
+    """``(str, int, float)`` as ``a string or a number``."""
+    words = [JSON_WORDS.get(kind, kind.__name__) for kind in kinds if not (kind is int and float in kinds)]
+    return " or ".join(dict.fromkeys(words))
+
+
+def value_said(value: Any) -> str:
+    """A task file's value as the refusal names it: null, true, false, a number as it is
+    (``2.5``), else its kind (a string, a list, an object)."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, numbers.Number):
+        return reprlib.repr(value)
+    return JSON_WORDS.get(type(value), type(value).__name__)

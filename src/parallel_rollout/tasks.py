@@ -20,7 +20,7 @@ from typing import Any, Callable, Container, Iterable, Mapping
 
 from .errors import ModeConflict, TaskFileError
 from .task_files import file_kind, file_records, resolve_data
-from .task_json import as_written
+from .task_json import as_written, kinds_said, value_said
 from .tasks_osworld import DEFAULT_INDEX, folder_records, missing_data
 from .tasks_parquet import parquet_records
 
@@ -265,17 +265,21 @@ def _mode_hint(refused: list[Any], default_mode: str | None, validators: Validat
 def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Validators,
                 mode_given: bool = True) -> Task:
     if not isinstance(raw, dict):
-        raise TaskFileError(f"{where}: a task is a JSON object, got {type(raw).__name__}")
-    task_id = raw.get("id", raw.get("task_id"))
-    if task_id is None:
+        raise TaskFileError(f"{where}: a task is a JSON object, got {value_said(raw)}")
+    # the field the record names its id in: "id", else "task_id" (HumanEval's)
+    id_field = next((name for name in ("id", "task_id") if name in raw), None)
+    if id_field is None:
         raise TaskFileError(f"{where}: missing field 'id'")
+    task_id = raw[id_field]
     if isinstance(task_id, bool) or not isinstance(task_id, (str, int)):
-        raise TaskFileError(f"{where}: field 'id' must be a string, got {type(task_id).__name__}")
+        raise TaskFileError(f"{where}: field {id_field!r} must be {kinds_said((str, int))}, got {value_said(task_id)}")
     task_id = str(task_id)
+    if not task_id.strip():
+        raise TaskFileError(f"{where}: field {id_field!r} is empty")
     # Ids may hold "/" (HumanEval/0); folder names are made safe where they are used.
-    if (not task_id.strip() or len(task_id) > 200 or task_id in (".", "..")
-            or any(c in task_id for c in "\\\0\n")):
-        raise TaskFileError(f"{where}: field 'id' must be 1-200 characters without \\ or newlines, not . or ..")
+    if len(task_id) > 200 or task_id in (".", "..") or any(c in task_id for c in "\\\0\n"):
+        raise TaskFileError(f"{where}: field {id_field!r} must be 1-200 characters without \\ or newlines, "
+                            "not . or ..")
     mode = raw.get("mode", default_mode)
     if mode is None:
         raise TaskFileError(f"{where}: task {task_id!r} has no 'mode' and no --mode was given")

@@ -12,6 +12,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, ContextManager, Mapping, Protocol
 
+from ..task_json import kinds_said, value_said
+
 if TYPE_CHECKING:
     from ..config import RunConfig
     from ..guest.client import GuestClient
@@ -227,27 +229,6 @@ def _shown(value: Any) -> str:
     return "None" if value is None else f"{type(value).__name__} {reprlib.repr(value)}"
 
 
-#: how a task file's value kinds are said: in JSON's words, as the file writes them
-_JSON_WORDS = {dict: "an object", list: "a list", str: "a string", bool: "true or false", int: "a whole number",
-               float: "a number"}
-
-
-def _kinds_said(kinds: tuple[type, ...]) -> str:
-    """``(str, int, float)`` as ``a string or a number``."""
-    words = [_JSON_WORDS.get(kind, kind.__name__) for kind in kinds if not (kind is int and float in kinds)]
-    return " or ".join(dict.fromkeys(words))
-
-
-def _value_said(value: Any) -> str:
-    """A task file's value as the refusal names it: null, true, false, a number as it is
-    (``2.5``), else its kind (a string, a list, an object)."""
-    if value is None or isinstance(value, bool):
-        return {None: "null", True: "true", False: "false"}[value]
-    if isinstance(value, numbers.Number):
-        return reprlib.repr(value)
-    return _JSON_WORDS.get(type(value), type(value).__name__)
-
-
 def require(payload: Mapping[str, Any], name: str, kind: type | tuple[type, ...], *, optional: bool = False) -> None:
     """Raise ValueError unless ``payload[name]`` exists (or is optional) and has type ``kind``,
     said in the task file's words ("field 'evaluator' must be an object, got a list"): JSON's
@@ -259,7 +240,7 @@ def require(payload: Mapping[str, Any], name: str, kind: type | tuple[type, ...]
     kinds = kind if isinstance(kind, tuple) else (kind,)
     value = payload[name]
     if not isinstance(value, kinds) or isinstance(value, bool) and bool not in kinds:
-        raise ValueError(f"field {name!r} must be {_kinds_said(kinds)}, got {_value_said(value)}")
+        raise ValueError(f"field {name!r} must be {kinds_said(kinds)}, got {value_said(value)}")
 
 
 #: the longest wait a command's timeout can be: what a thread's wait, and so a subprocess's,
@@ -274,9 +255,9 @@ def require_seconds(payload: Mapping[str, Any], name: str) -> None:
     require(payload, name, (int, float), optional=True)
     value = payload.get(name, 1)
     if value <= 0:
-        raise ValueError(f"field {name!r} must be a positive number of seconds, got {_value_said(value)}")
+        raise ValueError(f"field {name!r} must be a positive number of seconds, got {value_said(value)}")
     if value > MAX_TIMEOUT_S:
-        raise ValueError(f"field {name!r} is {_value_said(value)}: at most {MAX_TIMEOUT_S} seconds "
+        raise ValueError(f"field {name!r} is {value_said(value)}: at most {MAX_TIMEOUT_S} seconds "
                          f"(about 292 years, the longest wait a command takes)")
 
 
@@ -286,7 +267,7 @@ def require_str_list(payload: Mapping[str, Any], name: str, *, optional: bool = 
     require(payload, name, list, optional=optional)
     for index, item in enumerate(payload.get(name, []), start=1):
         if not isinstance(item, str):
-            raise ValueError(f"field {name!r} must be a list of strings; its item {index} is {_value_said(item)}")
+            raise ValueError(f"field {name!r} must be a list of strings; its item {index} is {value_said(item)}")
 
 
 def reject_none(action: Any, takes: str) -> None:
