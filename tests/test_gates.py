@@ -214,7 +214,7 @@ def test_compare_to_exits_4_on_a_significant_regression_only(tmp_path):
     # a baseline that does not exist (a nightly job's missed night) is no verdict, after the run
     missing = run_cli(tmp_path, [shell_task("a")], "nobase", "--compare-to", "nope")
     assert missing.exit_code == exit_codes.EXIT_NO_VERDICT and "no such run" in missing.output
-    assert "no verdict: there is no run nope" in missing.output
+    assert f"no verdict: {tmp_path / 'out' / 'nope'}: no such run folder" in " ".join(missing.output.split())
     assert_exactly_once(tmp_path / "out" / "nobase", {"a#0"})
 
 
@@ -405,6 +405,24 @@ def test_a_missing_baseline_is_not_said_to_let_a_run_go_on_that_a_bad_task_file_
     ran = run_cli(tmp_path, [shell_task("a")], "night", "--compare-to", "missed-night")
     assert ran.exit_code == exit_codes.EXIT_NO_VERDICT
     assert "--compare-to missed-night: " in ran.output and "the run goes on" in ran.output, ran.output
+
+
+def test_a_baseline_folder_that_does_not_exist_is_said_so_with_the_runs_near_its_name(tmp_path):
+    """``--compare-to bsae`` (base misspelt) said "out/bsae holds no results.jsonl", of a folder
+    that is not there: it is no run folder, and the runs of --output-dir near the name are
+    named; a folder that is there without results.jsonl is said to hold none."""
+    out = tmp_path / "out"
+    assert run_cli(tmp_path, [shell_task("a")], "base").exit_code == 0
+    typo = run_cli(tmp_path, [shell_task("a")], "night", "--compare-to", "bsae")
+    assert typo.exit_code == exit_codes.EXIT_NO_VERDICT, typo.output
+    said = " ".join(typo.output.split())
+    assert (f"--compare-to bsae: {out / 'bsae'}: no such run folder in --output-dir (the nearest by name: base); "
+            "the run goes on") in said, said
+    assert said.count("no such run folder") == 2 and "holds no results.jsonl" not in said, said
+    (out / "empty").mkdir()
+    empty = run_cli(tmp_path, [shell_task("a")], "night2", "--compare-to", "empty")
+    assert empty.exit_code == exit_codes.EXIT_NO_VERDICT, empty.output
+    assert f"--compare-to empty: {out / 'empty'} holds no results.jsonl" in " ".join(empty.output.split())
 
 
 def test_a_baseline_that_cannot_be_read_or_a_comparison_that_cannot_be_written_is_no_pass(tmp_path):

@@ -93,10 +93,10 @@ def test_the_cron_line_survives_a_missed_night(tmp_path):
     missed = night("2026-11-24", "2026-11-23", exit_code=True)
     log = " ".join((tmp_path / "nightly.log").read_text().split())
     assert missed.returncode == 1 and log.count("3/3 samples finished, 3 succeeded") == 2, log
-    assert "--compare-to nightly-2026-11-23: results/nightly-2026-11-23 holds no results.jsonl" in log
-    assert "the run goes on; its gate will give no verdict (exit 5)" in log
-    assert log.endswith("--compare-to nightly-2026-11-23: no verdict: there is no run nightly-2026-11-23 in "
-                        "results (no results.jsonl) exit 5"), log
+    missing = ("--compare-to nightly-2026-11-23: results/nightly-2026-11-23: no such run folder in --output-dir "
+               "(the nearest by name: nightly-2026-11-22)")
+    assert missing + "; the run goes on; its gate will give no verdict (exit 5)" in log, log
+    assert log.endswith(missing.replace(": ", ": no verdict: ", 1) + " exit 5"), log
     assert_exactly_once(tmp_path / "results" / "nightly-2026-11-24", {"t0#0", "t1#0", "t2#0"})
     night("2026-11-25", "2026-11-24", exit_code=True)
     log = (tmp_path / "nightly.log").read_text()

@@ -19,6 +19,7 @@ cannot be written is logged and the run's exit code stands.
 
 from __future__ import annotations
 
+import difflib
 import logging
 from pathlib import Path
 from typing import Any
@@ -40,9 +41,9 @@ log = logging.getLogger("parallel_rollout")
 def gate(config: Any, data: RunData) -> tuple[int, str]:
     """The exit code and message of a finished run's gates (EXIT_OK and "" when all pass)."""
     failed: list[tuple[int, str]] = []
-    if missing_baseline(config):
-        failed.append((EXIT_NO_VERDICT, f"--compare-to {config.compare_to}: no verdict: there is no run "
-                                        f"{config.compare_to} in {config.output_dir} (no results.jsonl)"
+    missing = missing_baseline(config)
+    if missing:
+        failed.append((EXIT_NO_VERDICT, f"--compare-to {config.compare_to}: no verdict: {missing}"
                                         f"{kept_gate(config, 'compare_to')}"))
     elif config.compare_to is not None:
         failed += [(code, message + kept_gate(config, "compare_to")) for code, message in _against_baseline(config, data)]
@@ -125,7 +126,15 @@ def missing_baseline(config: Any) -> str:
     # a run stopped before its first result has its config.json alone: unfinished, not missing
     if (baseline / "results.jsonl").is_file() or (baseline / "config.json").is_file():
         return ""
-    return f"{baseline} holds no results.jsonl (no such run in --output-dir)"
+    if baseline.is_dir():
+        return f"{baseline} holds no results.jsonl (no such run in --output-dir)"
+    try:  # a misspelt name: the runs it may have meant (this one is none of them)
+        runs = [item.name for item in Path(config.output_dir).iterdir()
+                if (item / "config.json").is_file() and item.name != config.run_id]
+    except OSError:
+        runs = []
+    near = difflib.get_close_matches(str(config.compare_to), runs, n=3, cutoff=0.6)
+    return f"{baseline}: no such run folder in --output-dir" + (f" (the nearest by name: {', '.join(near)})" if near else "")
 
 
 def after_run(config: Any, run_dir: Path, exit_code: int, message: str,
