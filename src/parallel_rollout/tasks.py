@@ -107,12 +107,13 @@ def load_tasks(
     validators: Validators,
     domain: str = "all",
     index: str = DEFAULT_INDEX,
+    mode_said: str | None = None,
 ) -> list[Task]:
     """Load and validate every task of ``path`` (a file, a named dataset, or an OSWorld
     folder filtered by ``domain``); TaskFileError on the first bad record, or listing every
-    unsupported task at once."""
+    unsupported task at once. ``mode_said``: as :func:`load_task_set`."""
     task_set = load_task_set(path, default_mode=default_mode, validators=validators,
-                             domain=domain, index=index)
+                             domain=domain, index=index, mode_said=mode_said)
     if task_set.unsupported:
         raise TaskFileError(unsupported_message(task_set))
     return task_set.tasks
@@ -127,12 +128,16 @@ def load_task_set(
     index: str = DEFAULT_INDEX,
     mode_given: bool = True,
     given: Container[str] = (),
+    mode_said: str | None = None,
 ) -> TaskSet:
     """Like :func:`load_tasks`, but an unsupported task is set aside (with every feature it
     lacks) instead of failing the load; a malformed one still does. ``mode_given``: whether
     the user named ``default_mode`` (else it is the default, and records that are another
     mode's tasks get the ``--mode`` to give named); ``given``: the settings the user named,
-    of which ``domain`` and ``osworld_index`` (their defaults too: --domain all) a task file refuses."""
+    of which ``domain`` and ``osworld_index`` (their defaults too: --domain all) a task file refuses;
+    ``mode_said``: what set ``default_mode``, in the words a refusal of a task of another mode
+    says after "but" (a trainer's ``tag 'sums' runs mode 'gym' (its TaskSet's mode)``), None for
+    the CLI's, ``--mode`` or its default."""
     path = resolve_data(str(path))
     domain_given, index_given = domain != "all" or "domain" in given, index != DEFAULT_INDEX or "osworld_index" in given
     if path.is_dir():
@@ -152,6 +157,7 @@ def load_task_set(
         records = ((f"{path}: item {n}", raw, "all") for n, raw in file_records(path))
     else:
         records = ((f"{path}:{n}", raw, "all") for n, raw in file_records(path))
+    run_mode_said = mode_said or _cli_mode_said(default_mode, mode_given)
     task_set = TaskSet([], [], {})
     seen: dict[str, str] = {}
     bad: list[str] = []  # every bad record, said at once (a fix-rerun loop per line is slow)
@@ -161,7 +167,7 @@ def load_task_set(
         try:
             if isinstance(raw, TaskFileError):
                 raise raw
-            task = _parse_task(raw, where, default_mode, validators, mode_given)
+            task = _parse_task(raw, where, default_mode, validators, run_mode_said)
         except UnsupportedTask as exc:
             task_set.unsupported.append(Unsupported(exc.task, exc.features))
             task = exc.task
@@ -181,8 +187,10 @@ def load_task_set(
     # every record refused for one mode, another than --mode's: one line (a named dataset's)
     named = {raw["mode"] for raw in refused if mode_given and conflicts == len(bad) > 1 and not task_set.total}
     if len(named) == 1:
-        raise TaskFileError(f"{path}: its tasks are {next(iter(named))} tasks (each names its mode), which --mode "
-                            f"{default_mode} cannot run: leave --mode out, or give --mode {next(iter(named))}")
+        other = next(iter(named))
+        why = f"but {mode_said}" if mode_said else (f"which --mode {default_mode} cannot run: leave --mode out, "
+                                                    f"or give --mode {other}")
+        raise TaskFileError(f"{path}: its tasks are {other} tasks (each names its mode), {why}")
     if bad:
         hint = "" if mode_given else _mode_hint(refused, default_mode, validators)
         raise TaskFileError(str(TaskFileError.of_records(str(path), bad)) + hint)
@@ -262,8 +270,13 @@ def _mode_hint(refused: list[Any], default_mode: str | None, validators: Validat
             f"they are {fits[0]} tasks: add --mode {fits[0]})")
 
 
-def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Validators,
-                mode_given: bool = True) -> Task:
+def _cli_mode_said(default_mode: str | None, mode_given: bool) -> str:
+    """What set the run's mode, as the CLI's refusal of a task of another mode says it."""
+    return (f"the run is --mode {default_mode}" if mode_given
+            else f"the run is {default_mode}, the default (no --mode was given)")
+
+
+def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Validators, mode_said: str) -> Task:
     if not isinstance(raw, dict):
         raise TaskFileError(f"{where}: a task is a JSON object, got {value_said(raw)}")
     # the field the record names its id in: "id", else "task_id" (HumanEval's)
@@ -289,8 +302,7 @@ def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Vali
                             + (f" (did you mean {close[0]!r}?)" if close else "")
                             + f"; known modes: {', '.join(sorted(validators))}")
     if default_mode is not None and mode != default_mode:
-        run_mode = f"--mode {default_mode}" if mode_given else f"{default_mode}, the default (no --mode was given)"
-        raise ModeConflict(f"{where}: task {task_id!r} has mode {mode!r} but the run is {run_mode}")
+        raise ModeConflict(f"{where}: task {task_id!r} has mode {mode!r} but {mode_said}")
     seed = raw.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise TaskFileError(f"{where}: task {task_id!r}: field 'seed' must be an integer, got {as_written(seed)}")

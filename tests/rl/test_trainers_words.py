@@ -132,6 +132,25 @@ def test_a_task_file_the_scheduler_cannot_load_names_the_task_sets_fields(tmp_pa
     assert not (tmp_path / "out").exists()
 
 
+def test_a_task_file_of_another_modes_tasks_names_the_tag(tmp_path, server, schedulers):
+    """Every task of a tag's file names another mode than its TaskSet's: the load says so in
+    one line, which was the batch run's ("which --mode gym cannot run: leave --mode out, or give
+    --mode math") with its flags made fields ("leave TaskSet.mode='out'"): it named no tag."""
+    from parallel_rollout.errors import TaskFileError
+    from parallel_rollout.rl import TaskSet
+
+    sums = tmp_path / "sums.jsonl"
+    sums.write_text("".join(json.dumps({"id": f"s{n}", "mode": "math", "problem": "Compute $2 + 2$.", "answer": "4"})
+                            + "\n" for n in range(2)))
+    with pytest.raises(TaskFileError) as caught:
+        schedulers(rl_config(tmp_path, server, num_rollouts=1),
+                   EnvManagerConfig(group_size=2, tags=["sums"], task_sets={"sums": TaskSet("gym", str(sums))}))
+    said = str(caught.value)
+    assert said == (f"{sums}: its tasks are math tasks (each names its mode), but tag 'sums' runs mode 'gym' "
+                    "(its TaskSet's mode)"), said
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_engines_stop_on_a_full_disk_names_the_run_configs_fields(tmp_path, server, schedulers):
     """results.jsonl on a full disk (/dev/full): get_batch's RolloutError said "the rollout
     engine stopped: cannot write …: No space left on device; … rerun with --resume", a flag

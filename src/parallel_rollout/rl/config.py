@@ -199,12 +199,11 @@ def load_tasks_of(tag: str, task_set: TaskSet) -> list[Any]:
         raise ConfigError(f"tag {tag!r}: TaskSet.tags must be a tuple of tag names (one tag: ({task_set.tags!r},)), "
                           f"got {task_set.tags!r}")
     try:
-        tasks = load_tasks(task_set.data, default_mode=task_set.mode, validators=task_validators())
-    except TaskFileError as exc:  # the loader's --mode and --data are the tag's TaskSet's
-        said = str(exc).replace(f"but the run is --mode {task_set.mode}",
-                                f"but tag {tag!r} runs mode {task_set.mode!r} (its TaskSet's mode)")
+        tasks = load_tasks(task_set.data, default_mode=task_set.mode, validators=task_validators(),
+                           mode_said=f"tag {tag!r} runs mode {task_set.mode!r} (its TaskSet's mode)")
+    except TaskFileError as exc:  # the loader's --data (a did-you-mean's too) is the tag's TaskSet's
         exc.args = (re.sub(r"--(mode|data)(?: ([^\s?:;,()]+))?",
-                           lambda flag: f"TaskSet.{flag[1]}" + (f"={flag[2]!r}" if flag[2] else ""), said),
+                           lambda flag: f"TaskSet.{flag[1]}" + (f"={flag[2]!r}" if flag[2] else ""), str(exc)),
                     *exc.args[1:])
         raise
     if task_set.tags:
