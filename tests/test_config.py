@@ -357,13 +357,13 @@ def test_a_bad_value_off_the_command_line_says_where_it_was_set(tmp_path, monkey
     result = invoke(tmp_path, "--use-vm-pool", "--num-vms", "0", "--config", str(path), "--run-id", "r")
     assert_usage_error(result, tmp_path, "--num-vms must be at least 1")
     assert "(num-vms" not in result.output
-    # a run's config.json edited by hand: its resume names that file
+    # a run's config.json edited by hand: its resume names that file, and the key as the file writes it
     stored = tmp_path / "out" / "r" / "config.json"
     stored.parent.mkdir(parents=True)
     stored.write_text(json.dumps({"config": {"max_turns": 0, "explicit": ["max_turns"]}}))
     result = CliRunner().invoke(main, ["--output-dir", str(tmp_path / "out"), "--run-id", "r", "--resume"])
     assert result.exit_code == 2, result.output
-    assert f"--max-turns must be at least 1 (max-turns = 0 in {stored}, which --resume reads)" in \
+    assert f"--max-turns must be at least 1 (max_turns = 0 in {stored}, which --resume reads)" in \
         " ".join(result.output.split())
 
 

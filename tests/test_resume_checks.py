@@ -165,6 +165,26 @@ def test_resume_needs_a_run_id_and_names_a_missing_run(tmp_path):
     assert f"there is no run nope in {tmp_path / 'out'}" in " ".join(missing.output.split())
 
 
+@pytest.mark.parametrize("key, value, said", [
+    ("min_free_disk_mb", -1, "min_free_disk_mb must be 0 or more, got -1 (min_free_disk_mb = -1 in "),
+    ("max_turns", 0, "--max-turns must be at least 1 (max_turns = 0 in "),
+])
+def test_a_bad_value_in_a_resumed_runs_config_json_is_said_as_the_file_writes_it(tmp_path, finished_run, key, value,
+                                                                                   said):
+    """config.json, edited by hand, writes its keys with underscores; a resume's refusal of one
+    said it dashed ("min-free-disk-mb = -1 in …/config.json"), a key the file does not hold."""
+    stored = tmp_path / "out" / "r" / "config.json"
+    written = json.loads(stored.read_text())
+    written["config"].update({key: value, "explicit": [*written["config"]["explicit"], key]})
+    stored.write_text(json.dumps(written))
+    result = CliRunner().invoke(main, ["--output-dir", str(tmp_path / "out"), "--run-id", "r", "--resume",
+                                       "--no-progress"])
+    assert result.exit_code == 2, (result.output, result.exception)
+    message = " ".join(result.output.split())
+    assert f"Error: {said}{stored}, which --resume reads)" in message, message
+    assert key.replace("_", "-") + " =" not in message, message
+
+
 def test_a_resumed_summary_adds_up_the_sessions(tmp_path, finished_run):
     run_dir = tmp_path / "out" / "r"
     first = json.loads((run_dir / "summary.json").read_text())

@@ -339,8 +339,9 @@ def build_config(flags: dict[str, Any], config_file: str | None = None,
     # --progress, resumed by cron, drew its bar into the job's log (carriage returns)
     stored.pop("progress", None)
     if stored:
+        # config.json writes its keys with underscores: an error names max_turns as written there
         where = f"in {_stored_path(values)}, {RESUME_READS}"
-        sources.update({name: where for name in stored if name not in values})
+        sources.update({name: written_in(name, where) for name in stored if name not in values})
     values = {**stored, **values}
     if values.get("data") and values["data"].lower() not in NAMED_DATASETS:
         # Absolute, so a resume names the same file however the path is spelled (from a
