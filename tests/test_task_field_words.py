@@ -123,6 +123,20 @@ def test_a_line_that_is_no_object_is_said_as_the_file_has_it(tmp_path, line, sai
     assert f"{data}:2: a task is a JSON object, got {said}" in out, out
 
 
+def test_an_osworld_files_id_of_the_wrong_kind_is_said_as_the_file_has_it(tmp_path):
+    """An OSWorld task file's "id": [1] or true was compared with the index's id as Python's
+    text of it: "task id [1] is not its id in …", where the file's "id": null said its kind."""
+    evaluator = {"func": "infeasible"}
+    folder = osworld_folder(tmp_path / "set", {
+        name: {"domain": "os", "id": value, "instruction": "x", "config": [], "evaluator": evaluator}
+        for name, value in (("listed", [1]), ("flag", True), ("nothing", None))})
+    code, said = _dry_run(folder)
+    assert code == EXIT_USAGE, said
+    examples = folder / "evaluation_examples" / "examples" / "os"
+    for name, kind in (("listed", "a list"), ("flag", "true"), ("nothing", "null")):
+        assert f"{examples / (name + '.json')}:1: field 'id' must be a string or a whole number, got {kind}" in said, said
+
+
 def test_fields_of_their_kind_load(tmp_path):
     """A guard beside the refusals: the same fields given as JSON writes them load."""
     tasks = [shell_task("s", setup=["echo hi"], reap=True, timeout=2.5), {**_MATH, "answer": 2},

@@ -185,7 +185,8 @@ def folder_records(folder: Path, domain: str, index: str = DEFAULT_INDEX) -> Ite
         except TaskFileError as exc:
             raw = exc
         file_id = raw.get("id", raw.get("task_id")) if isinstance(raw, dict) else None
-        if file_id is not None and str(file_id) != task_id:  # a missing id is _parse_task's to name
+        # an id that is missing, or of the wrong kind ("id": [1]), is _parse_task's to name
+        if isinstance(file_id, (str, int)) and not isinstance(file_id, bool) and str(file_id) != task_id:
             # OSWorld keys the example, and its result folder, on the index's id
             raw = TaskFileError(f"{task_path}:1: task id {file_id!r} is not its id in {index_path}, "
                                 f"{task_id!r} of domain {name!r}: make the file's 'id' and the index agree")
