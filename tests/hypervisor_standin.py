@@ -8,6 +8,7 @@ VMs (QEMU, or a process sandbox for the fast test).
         the daemon starts one VM of our provider (STANDIN_BACKEND: qemu | process), relays
         <ip>:5000 (an address of 127/8, one per VM) to its guest agent, and obeys "reset" and
         "stop" on a unix socket in $STANDIN_DIR
+    (STANDIN_HANG=start: a start that hangs)
     vmrun revertToSnapshot X.vmx SNAP ──► "reset" (a VM that is off boots from the snapshot)
     vmrun getGuestIPAddress X.vmx -wait ──► the relay's ip;  vmrun stop ──► "stop";  vmrun list;
     vmrun listSnapshots X.vmx
@@ -38,6 +39,9 @@ from pathlib import Path
 
 STATE = Path(os.environ.get("STANDIN_DIR", "/tmp/hypervisor-standin"))
 BOOT_TIMEOUT_S = float(os.environ.get("STANDIN_BOOT_TIMEOUT_S", "300"))
+#: STANDIN_HANG=start: ``vmrun start`` and ``VBoxManage startvm`` never return (a VM whose
+#: power-on hangs), until the provider kills them at its boot timeout
+HANG = os.environ.get("STANDIN_HANG", "")
 
 
 def _key(vm: str) -> str:
@@ -70,6 +74,9 @@ def _send(vm: str, command: str, timeout: float = BOOT_TIMEOUT_S) -> str:
 
 
 def _start(vm: str) -> None:
+    if HANG == "start":
+        time.sleep(BOOT_TIMEOUT_S)
+        sys.exit(f"Error: the virtual machine {vm} did not power on in time")
     if _running(vm):
         return
     STATE.mkdir(parents=True, exist_ok=True)

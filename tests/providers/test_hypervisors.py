@@ -400,3 +400,24 @@ def test_a_vm_whose_ip_serves_no_guest_agent_says_a_resume_keeps_its_vm_file(tmp
     assert (f"VM vm-0 ({vmx}): port 5000 of its guest IP answered GET /platform with HTTP 404 for 2s "
             f"({timeout}): no guest agent listens there") in said, said
     assert fix in said, said
+
+
+@pytest.mark.parametrize("written", ["boot-timeout-s", "boot_timeout_s"])
+def test_a_boot_that_hangs_says_the_timeout_as_the_config_file_set_it(standins, tmp_path, monkeypatch, written):
+    """A ``vmrun start`` that hangs, killed at the boot timeout a config file set: it said
+    "(killed; --boot-timeout-s allows more)", a flag no one typed; it names the key as the file
+    writes it, and the file."""
+    vmx, _ = standins
+    monkeypatch.setenv("STANDIN_HANG", "start")
+    config = tmp_path / "vms.toml"
+    config.write_text(f'{written} = 2\n')
+    result = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(ROOT / "benchmarks" / "shell_tasks.jsonl"), "--limit", "1",
+        "--num-rollouts", "1", "--output-dir", str(tmp_path / "out"), "--run-id", "r", "--no-progress",
+        "--provider-name", "vmware", "--snapshot-name", "init_state", "--path-to-vm", vmx[0],
+        "--config", str(config)])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 1, said  # every VM of the pool dead: the run stops
+    assert f"start {vmx[0]} gui did not finish within 2s" in said, said
+    assert f"(killed; {written} in {config} allows more)" in said, said
+    assert "--boot-timeout-s" not in said, said

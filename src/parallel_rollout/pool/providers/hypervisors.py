@@ -228,8 +228,8 @@ class _HypervisorProvider(Provider):
             out, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             kill_group(proc)
-            raise VMError(f"{' '.join(argv)} did not finish within {timeout:.0f}s (killed; --boot-timeout-s "
-                          "allows more)") from None
+            raise VMError(f"{' '.join(argv)} did not finish within {timeout:.0f}s (killed; "
+                          f"{self.options.said('boot_timeout_s')} allows more)") from None
         except BaseException:
             kill_group(proc)
             raise
