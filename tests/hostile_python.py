@@ -255,6 +255,20 @@ PYTHON_ROWS["rig_check_python_pycache_prefix_sitecustomize_pyc"] = (
     [forged_pycs("sitecustomize")], PYTHON_ROWS["rig_check_python_pycache_prefix_encodings_pyc"][1], False)
 PYTHON_ROWS["rig_check_python_x_pycache_prefix_stdlib_pyc"] = (
     [forged_pycs("json")], f"python3 -X pycache_prefix={PREFIX_FOLDER} -c 'import json, sys; sys.exit(3)'", False)
+#: under -X frozen_modules=off python reads its startup modules (codecs, which encodings imports
+#: first; io, abc, os, site …) from their sources, and their bytecode from that folder: the answer's
+#: pycs of them ran before any front (its os._exit(0) passed the check). The guest's encodings reads
+#: them from the stdlib's own bytecode (python_front.py's head), then no bytecode of that folder written
+#: before the grading command began
+STARTUP_MODULES = ("codecs", "io", "abc", "os", "stat", "posixpath", "genericpath", "_collections_abc", "site",
+                   "_sitebuiltins")
+FORGED_STARTUP = forged_pycs(*STARTUP_MODULES).replace("python3 -X", "python3 -X frozen_modules=off -X", 1).replace(
+    "import os; os._exit(0)", "import posix; posix._exit(0)")  # os's own pyc is forged too
+PYTHON_ROWS["rig_check_python_frozen_off_pycache_prefix_startup_pyc"] = (
+    [FORGED_STARTUP], f"python3 -X frozen_modules=off -X pycache_prefix={PREFIX_FOLDER} -c 'import sys; sys.exit(3)'", False)
+PYTHON_ROWS["rig_check_python_frozen_off_env_pycache_prefix_startup_pyc"] = (
+    [FORGED_STARTUP], env_empty('sys.executable, "-X", "frozen_modules=off", "-c", "import sys; sys.exit(3)"',
+                                f'{{"PYTHONPYCACHEPREFIX": "{PREFIX_FOLDER}"}}'), False)
 PYTHON_ROWS["rig_check_doctest_own_path"] = (PYTHON_ROWS["rig_check_doctest_home_module"][0],
                                              PYTHON_ROWS["rig_check_doctest_home_module"][1].replace(
                                                  "python3 -m", "PATH=/usr/bin:/bin python3 -m"), False)
@@ -294,6 +308,8 @@ PYTHON_PROGRAMS = {"rig_check_pytest_ini": "pytest", "rig_check_pytest_conftest"
                    "rig_check_python_pycache_prefix_encodings_pyc": "python3",
                    "rig_check_python_pycache_prefix_sitecustomize_pyc": "python3",
                    "rig_check_python_x_pycache_prefix_stdlib_pyc": "python3",
+                   "rig_check_python_frozen_off_pycache_prefix_startup_pyc": "python3",
+                   "rig_check_python_frozen_off_env_pycache_prefix_startup_pyc": "python3",
                    "rig_check_doctest_own_path": "python3", "rig_check_doctest_isolated_by_path": "python3",
                    "rig_check_pytest_own_pythonpath_by_path": "pytest"}
 

@@ -49,7 +49,8 @@ def _rootfs_file(path: str) -> bytes:
 
 def _expected() -> dict[str, bytes]:
     """Each fronted path of the guest image and what it must hold: the front, and the system's
-    own at /opt/system-originals; python's encodings with its front at its end."""
+    own at /opt/system-originals; python's encodings with its front's head before its first
+    import and the front at its end."""
     env = "/usr/bin/env"
     return {env: (grading_fronts.GRADING_BIN / "system_front").read_bytes(),
             "/opt/system-originals/env": _rootfs_file(env),

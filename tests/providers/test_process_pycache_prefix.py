@@ -2,7 +2,8 @@
 (``PYTHONPYCACHEPREFIX``, ``-X pycache_prefix``) in a process VM. Where the answer could guess that
 folder (``/tmp/pr-pyc``) it left there timestamp pycs whose date and size are their sources': the
 guest python's ``encodings`` (read as python starts, before any front could run), its
-``sitecustomize``, a stdlib module; their ``os._exit(0)`` passed the check. A check's own folder
+``sitecustomize``, a stdlib module, and under ``-X frozen_modules=off`` its startup modules
+(``codecs``, ``os``, ``site`` …); their ``os._exit(0)`` passed the check. A check's own folder
 is still written and read.
 """
 
@@ -23,7 +24,8 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bub
 #: the rows whose check's python reads its bytecode elsewhere
 PREFIX_ROWS = ("rig_check_python_pycache_prefix_encodings_pyc", "rig_check_python_pycache_prefix_sitecustomize_pyc",
                "rig_check_python_x_pycache_prefix_stdlib_pyc", "rig_check_python_pycache_prefix_pth",
-               "rig_check_python_x_pycache_prefix_pth")
+               "rig_check_python_x_pycache_prefix_pth", "rig_check_python_frozen_off_pycache_prefix_startup_pyc",
+               "rig_check_python_frozen_off_env_pycache_prefix_startup_pyc")
 
 
 @pytest.fixture(scope="module")
@@ -49,12 +51,14 @@ OWN_FOLDER = ("unset PYTHONDONTWRITEBYTECODE; d=$(mktemp -d) && python3 -X pycac
               " | grep -c \"code object from '$d/usr/lib/python3[.0-9]*/json/__init__\\.\"")
 
 
+@pytest.mark.parametrize("flags", ["", "-X frozen_modules=off "], ids=["frozen", "frozen_modules=off"])
 @pytest.mark.parametrize("grading", [False, True], ids=["graded code", "grading command"])
-def test_a_cache_folder_written_since_is_read(base_dir, grading):  # noqa: F811 - fixture
+def test_a_cache_folder_written_since_is_read(base_dir, grading, flags):  # noqa: F811 - fixture
     provider = ProcessProvider("prefix", ProviderOptions(boot_timeout_s=20), base_dir=base_dir)
     info = provider.start("vm0")
     try:
-        got = GuestClient(info.address).execute(OWN_FOLDER, shell=True, isolated=grading, timeout=60)
+        command = OWN_FOLDER.replace("python3 -", f"python3 {flags}-")
+        got = GuestClient(info.address).execute(command, shell=True, isolated=grading, timeout=60)
         assert got["returncode"] == 0 and int(got["output"].split()[-1]) >= 1, got
     finally:
         provider.stop(info)

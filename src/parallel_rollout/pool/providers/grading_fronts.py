@@ -321,7 +321,7 @@ def _code_digest(*paths: str | Path) -> str:
 
 @functools.lru_cache(maxsize=4)
 def _made_with(python: str) -> tuple[str, ...]:
-    digest = _code_digest(__file__, python_front.__file__, python_front.ENCODINGS_FRONT)
+    digest = _code_digest(__file__, python_front.__file__, python_front.ENCODINGS_FRONT, python_front.ENCODINGS_HEAD)
     return (python, str(GRADING_BIN), digest, *fronted_programs())
 
 

@@ -21,7 +21,12 @@ python from reading there bytecode written before the grading command began (the
 others, ``sitecustomize``'s: ``grading_bin/graded_imports.py``). In the images (their own
 source and bytecode, an unchecked hash-based pyc of the fronted source: ``--check-hash-based-pycs
 always`` takes it too) a python that reads its bytecode elsewhere compiles the fronted source, or
-reads such a pyc. Left as it is: in an image, a python other than the guest's (each has its own
+reads such a pyc. Under ``-X frozen_modules=off`` python reads its startup modules from their
+sources (``codecs``, which ``encodings`` imports first; ``os``, ``site`` …), and their bytecode
+from such a folder, before the front at the end: the answer's pycs of them ran (``os._exit(0)``
+passed the check). ``grading_bin/encodings_head.py``, put before the module's first import, sets
+a grading python's folder aside (the stdlib's own bytecode is read) until the end has laid
+those rules. Left as it is: in an image, a python other than the guest's (each has its own
 ``encodings``; the images hold none, Debian's bookworm has python3.11 alone).
 """
 
@@ -30,6 +35,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -40,8 +46,9 @@ from . import images, sandbox_fs
 
 log = logging.getLogger(__name__)
 
-#: the front's source, in grading_bin
+#: the front's source, in grading_bin: its end, and its head (before the module's first import)
 ENCODINGS_FRONT = images.GUEST_SOURCE_DIR / "grading_bin" / "encodings_front.py"
+ENCODINGS_HEAD = images.GUEST_SOURCE_DIR / "grading_bin" / "encodings_head.py"
 #: seconds a python may take to compile it
 COMPILE_TIMEOUT_S = 30
 #: run by a python (-I -S): for each module, its source, where its bytecode goes and its path in the
@@ -62,8 +69,11 @@ _WHERE = "import encodings, importlib.util as u; print(encodings.__file__); prin
 
 
 def fronted_source(source: bytes) -> bytes:
-    """The module's own ``source`` with the front at its end."""
-    return source + b"\n" + ENCODINGS_FRONT.read_bytes()
+    """The module's own ``source`` with the front's head before its first import (after its
+    docstring) and the front at its end."""
+    first = re.search(rb"^(import|from) ", source, re.MULTILINE)
+    at = first.start() if first else 0
+    return source[:at] + ENCODINGS_HEAD.read_bytes() + source[at:] + b"\n" + ENCODINGS_FRONT.read_bytes()
 
 
 def _compile(python: str, *modules: tuple[Path, Path, str]) -> None:
