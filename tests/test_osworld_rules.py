@@ -4,6 +4,7 @@ agent's own file that makes a metric raise still raises something else (scored 0
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -398,6 +399,17 @@ def test_a_rule_getters_value_rule_whose_ref_its_method_cannot_compare_is_refuse
             "bounds, not list [1]"})
 
 
+#: where a refusal of compare_table's rules names them
+_TABLE_RULES = "evaluator metric 'compare_table': its options 'rules'"
+
+
+def _fuzzy_check(folder: Path, path: str, rule: int, index: int, **change) -> Path:
+    """The multi_apps task file ``path`` of a copied folder, its sheet_fuzzy check ``index``
+    of compare_table's rule ``rule`` changed by ``change``."""
+    return broken_copy(folder, "multi_apps/" + path,
+                       lambda ev: ev["options"]["rules"][rule]["rules"][index].update(change))
+
+
 def test_a_sheet_fuzzy_checks_option_of_the_wrong_kind_is_refused_at_load(tmp_path):
     """A sheet_fuzzy check's optional keys are read with defaults: ``ignore_case: "false"`` was
     true, a ``threshold`` string raised comparing with the ratio, a ``normalization`` pair of one
@@ -407,22 +419,33 @@ def test_a_sheet_fuzzy_checks_option_of_the_wrong_kind_is_refused_at_load(tmp_pa
     from test_osworld_folder_cli import copied
 
     folder = copied(tmp_path)
-    where = "evaluator metric 'compare_table': its options 'rules'"
-
-    def check(path: str, rule: int, index: int, **change) -> Path:
-        return broken_copy(folder, "multi_apps/" + path,
-                           lambda ev: ev["options"]["rules"][rule]["rules"][index].update(change))
-
+    where = _TABLE_RULES
+    check = functools.partial(_fuzzy_check, folder)
     assert_refused(folder, {
         check("8e116af7-7db7-4e35-a68b-b0939c066c78.json", 1, 0, ignore_case="false"):
-            f"{where}[1] ['rules'][0] key 'ignore_case' must be true or false, not a string 'false'",
+            f"{where}[1] ['rules'][0] key 'ignore_case' must be true or false, not a string \"false\"",
         check("deec51c9-3b1e-4b9e-993c-4776f20e8bb2.json", 0, 1, threshold="90"):
-            f"{where}[0] ['rules'][1] key 'threshold' must be a number, not a string '90'",
+            f"{where}[0] ['rules'][1] key 'threshold' must be a number, not a string \"90\"",
         check("d1acdb87-bb67-4f30-84aa-990e56a09c92.json", 0, 1, normalization=[["Rd", "Road"], ["St"]]):
             f"{where}[0] ['rules'][1] key 'normalization' must be a list of [old, new] string pairs, "
-            "not a list [['Rd', 'Road'], ['St']]",
+            'not a list [["Rd", "Road"], ["St"]]',
         check("b5062e3e-641c-4e3a-907b-ac864d2e7652.json", 0, 1, trim_leadings=[" "]):
-            f"{where}[0] ['rules'][1] key 'trim_leadings' must be a string, not a list [' ']"})
+            f"{where}[0] ['rules'][1] key 'trim_leadings' must be a string, not a list [\" \"]"})
+
+
+def test_a_rules_value_of_the_wrong_kind_is_said_as_the_file_has_it(tmp_path):
+    """A rule key's value is quoted as the task file writes it, in JSON: a sheet_fuzzy check's
+    ``threshold: true`` said Python's "not a boolean True", ``ignore_case: null`` "not null None"."""
+    from test_osworld_folder_cli import copied
+
+    folder = copied(tmp_path)
+    where = _TABLE_RULES
+    check = functools.partial(_fuzzy_check, folder)
+    assert_refused(folder, {
+        check("8e116af7-7db7-4e35-a68b-b0939c066c78.json", 1, 0, ignore_case=None):
+            f"{where}[1] ['rules'][0] key 'ignore_case' must be true or false, not null",
+        check("deec51c9-3b1e-4b9e-993c-4776f20e8bb2.json", 0, 1, threshold=True):
+            f"{where}[0] ['rules'][1] key 'threshold' must be a number, not a boolean true"})
 
 
 def test_a_sheet_data_or_sheet_print_option_of_the_wrong_kind_is_refused_at_load(tmp_path):
@@ -441,15 +464,15 @@ def test_a_sheet_data_or_sheet_print_option_of_the_wrong_kind_is_refused_at_load
 
     assert_refused(folder, {
         rule("libreoffice_calc/4172ea6e-6b77-4edb-a9cc-c0014bd1603b.json", precision="2"):
-            f"{where}[0] of type 'sheet_data' key 'precision' must be a whole number, not a string '2'",
+            f"{where}[0] of type 'sheet_data' key 'precision' must be a whole number, not a string \"2\"",
         rule("libreoffice_calc/01b269ae-2111-4a07-81fd-3fcd711993b0.json", precision=2.0):
             f"{where}[0] of type 'sheet_data' key 'precision' must be a whole number, not a number 2.0",
         rule("multi_apps/881deb30-9549-4583-a841-8270c65f2a17.json", ignore_case="false"):
-            f"{where}[0] of type 'sheet_print' key 'ignore_case' must be true or false, not a string 'false'",
+            f"{where}[0] of type 'sheet_print' key 'ignore_case' must be true or false, not a string \"false\"",
         broken_copy(folder, "multi_apps/3a93cae4-ad3e-403e-8c12-65303b271818.json",
                     lambda ev: ev["options"][2]["rules"][0].update(ignore_case="no")):
             "evaluator.func[2] (compare_table): evaluator.options[2] 'rules'[0] of type 'sheet_data' key "
-            "'ignore_case' must be true or false, not a string 'no'"})
+            "'ignore_case' must be true or false, not a string \"no\""})
 
 
 def test_a_cell_or_range_openpyxl_cannot_read_is_refused_at_load(tmp_path):

@@ -26,6 +26,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ...task_json import as_written
+
 __all__ = ["KINDS", "RESULT_RULE_SHAPES", "RULE_GETTERS", "RULE_SHAPES", "MalformedRule", "RuleShape", "flag_problem",
            "kind_of", "rule_problem", "shape_problem", "task_rules", "unread_hint"]
 
@@ -176,7 +178,9 @@ def shape_problem(shape: RuleShape, rules: Any, also: tuple[str, ...] = ()) -> s
     for key, kind in (shape.kinds or {}).items():
         test, name = KINDS[kind]
         if key in rules and not test(rules[key]):
-            return f"key {key!r} must be {name}, not {kind_of(rules[key])} {rules[key]!r}"
+            value = rules[key]  # as the task file writes it: JSON's true and null, "text"
+            said = "null" if value is None else f"{kind_of(value)} {as_written(value)}"
+            return f"key {key!r} must be {name}, not {said}"
     if shape.optional is not None:
         known = [*also, *_named(shape)]
         for key in rules:
