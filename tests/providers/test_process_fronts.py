@@ -17,6 +17,7 @@ import pytest
 
 from hostile_by_path import BY_PATH_ROWS
 from hostile_tasks import SHELL_ROWS, check_finished, check_row, run_table
+from parallel_rollout.errors import ProviderUnavailable
 from parallel_rollout.guest.client import GuestClient
 from parallel_rollout.pool.providers import grading_fronts, sandbox_fs
 from parallel_rollout.pool.providers.base import ProviderOptions
@@ -120,3 +121,42 @@ def test_without_its_folder_a_process_vm_fronts_env_git_and_python(base_dir, mon
         assert got["returncode"] == 0 and "env" in got["output"].split() and "jq" not in got["output"].split(), got
     finally:
         provider.stop(info)
+
+
+#: rows the guest python's encodings front answers (pool/providers/python_front.py): a .pth of the
+#: user site, forged pycs of encodings and of the startup modules in a cache folder the answer guessed
+ENCODINGS_ROWS = ("rig_check_python_env_empty_pth", "rig_check_python_pycache_prefix_encodings_pyc",
+                  "rig_check_python_frozen_off_env_pycache_prefix_startup_pyc")
+
+
+@pytest.mark.parametrize("name", ENCODINGS_ROWS)
+def test_without_its_folder_a_process_vm_keeps_pythons_encodings_front(base_dir, monkeypatch, name):  # noqa: F811
+    """A fronts' folder that cannot be made left the guest python's encodings the host's, with
+    no front: the answer's .pth (or pyc) ran in a check's python and its os._exit(0) passed the
+    check. The encodings front's own folder is made and bound then."""
+    def full(scratch, python):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(grading_fronts, "_make", full)
+    provider = ProcessProvider("fronts", ProviderOptions(boot_timeout_s=20), base_dir=base_dir)
+    info = provider.start("vm0")
+    try:
+        client = GuestClient(info.address)
+        answer, check, _ = SHELL_ROWS[name]
+        for command in answer:
+            got = _run(client, command, False)
+            assert got["returncode"] == 0, got
+        got = _run(client, check, True)
+        assert got["returncode"] == 3, got  # the check's own exit: not the answer's 0
+    finally:
+        provider.stop(info)
+
+
+def test_without_either_folder_the_process_provider_does_not_start(base_dir, monkeypatch):  # noqa: F811
+    """Neither the fronts' folder nor the encodings front's could be made: no sandbox whose check's
+    python would run the answer's .pth starts; the provider says why, and where."""
+    def full(scratch, *rest):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(grading_fronts, "_make", full)
+    monkeypatch.setattr(grading_fronts, "_encodings_binds", full)
+    with pytest.raises(ProviderUnavailable, match=r"nor python's encodings front could be made under .*\.grading-fronts"):
+        ProcessProvider("fronts", ProviderOptions(boot_timeout_s=20), base_dir=base_dir)

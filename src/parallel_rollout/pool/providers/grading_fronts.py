@@ -33,7 +33,8 @@ One plan (:func:`plan`) from the guest's files as they are, three ways to lay it
   where the host has files, and what a run hides is hidden there too (:func:`mirrored_masks`).
   A program the host gets since is in the folder made again at the next boot (:func:`current`);
   without a folder (it could not be made) a sandbox binds env's, git's and python's fronts file
-  by file (:data:`AT_BOOT`);
+  by file (:data:`AT_BOOT`), and python's encodings from a folder of its own
+  (:func:`prepare_encodings`: without it the host's, with no front);
 * a qemu image's tree gets them moved in place (:func:`install_in_tree`);
 * a docker image's tarball gets them as extra files (:func:`tarball_files`).
 
@@ -280,9 +281,10 @@ def host_plan(python: str) -> Plan:
     return plan(GuestFiles(), python, AT_BOOT)
 
 
-def bwrap_binds(python: str, folder: Path | None = None) -> list[str]:
+def bwrap_binds(python: str, folder: Path | None = None, encodings: Path | None = None) -> list[str]:
     """A process VM's bwrap options that lay its fronts: ``folder``'s (:func:`prepare`), or
-    without one :func:`host_plan` file by file, the originals bound beside the fronts."""
+    without one :func:`host_plan` file by file, the originals bound beside the fronts, and
+    python's encodings with its front from ``encodings`` (:func:`prepare_encodings`)."""
     if folder is not None:
         return [*sandbox_fs.open_dirs(SYSTEM_ORIGINALS), "--ro-bind", str(folder / "bin"), FRONTED,
                 "--ro-bind", str(folder / "originals"), SYSTEM_ORIGINALS, "--ro-bind", "/usr", HOST_USR,
@@ -293,7 +295,7 @@ def bwrap_binds(python: str, folder: Path | None = None) -> list[str]:
         binds += ["--ro-bind", real, kept]
     for real, front in laid.fronts.items():
         binds += ["--ro-bind", str(GRADING_BIN / front), real]
-    return binds
+    return binds + list(_folder_binds(encodings) if encodings is not None else ())
 
 
 @functools.lru_cache(maxsize=4)
@@ -356,6 +358,31 @@ def prepare(python: str, base: Path) -> Path | None:
     return made
 
 
+def prepare_encodings(python: str, base: Path) -> Path | None:
+    """A process VM's folder of the guest ``python``'s encodings with its front alone, under
+    ``base``: what a sandbox binds where :func:`prepare` could make no fronts' folder, whose
+    VMs had the host's encodings, no front (the answer's .pth, its pycs in a check's cache
+    folder, ran in a check's python); None, and a warning, when it cannot be made either."""
+    python = os.path.abspath(python)
+    return agent_folder.made(base / FOLDERS / f"encodings-{folder_key(python)}",
+                             lambda scratch: _write_binds(scratch, _encodings_binds(python, scratch)),
+                             "python's encodings front could not be made either (%s%s)")
+
+
+def _encodings_binds(python: str, scratch: Path, *usr_again: str) -> list[str]:
+    """python's encodings with its front (python_front.py), bytecode alone, written into
+    ``scratch``: its binds over the package by /usr and by each of ``usr_again``."""
+    return [arg for name, real in python_front.write_fronted(python, scratch) for usr in ("/usr", *usr_again)
+            for arg in ("--ro-bind", f"./{name}", usr + real[len("/usr"):])]
+
+
+def _write_binds(scratch: Path, binds: list[str]) -> None:
+    """``scratch``'s binds.json (:func:`_folder_binds`), ``scratch`` readable by every user."""
+    (scratch / "binds.json").write_text(json.dumps(binds), encoding="utf-8")
+    os.chmod(scratch / "binds.json", 0o644)
+    os.chmod(scratch, 0o755)
+
+
 def current(folder: Path, python: str) -> bool:
     """Whether ``folder`` (:func:`prepare`'s) is there and made from the host's programs as
     they are: a boot's check (a few stats)."""
@@ -397,13 +424,10 @@ def _make(scratch: Path, python: str) -> None:
     for real, front in laid.fronts.items():
         if os.path.dirname(real) != FRONTED:
             binds += ["--ro-bind", str(GRADING_BIN / front), real]
-    # python's encodings package with its front, bytecode alone (python_front.py), by /usr and by the host's /usr here
-    for name, real in python_front.write_fronted(python, scratch):
-        binds += ["--ro-bind", f"./{name}", real, "--ro-bind", f"./{name}", HOST_USR + real[len("/usr"):]]
-    (scratch / "binds.json").write_text(json.dumps(binds), encoding="utf-8")
-    for folder in (scratch, bin_dir, originals, originals / HOST_USR.rsplit("/", 1)[1]):
+    binds += _encodings_binds(python, scratch, HOST_USR)  # by /usr and by the host's /usr here
+    for folder in (bin_dir, originals, originals / HOST_USR.rsplit("/", 1)[1]):
         os.chmod(folder, 0o755)
-    os.chmod(scratch / "binds.json", 0o644)
+    _write_binds(scratch, binds)
 
 
 def _front_file(front: str) -> tuple[bytes, int]:

@@ -193,17 +193,19 @@ class ProcessProvider(Provider):
         #: root runs commands (and a desktop) as a uid of each VM's own (sandbox_uids.py)
         self._uids = SandboxUids(enabled=os.geteuid() == 0)
         python = sandbox_fs.guest_python()
-        self._agent_files = agent_dir = fronts_dir = None
+        self._agent_files = agent_dir = fronts_dir = encodings_dir = None
         if python is not None:  # without one, check_available says why
             self._agent_files = agent_folder.AgentFiles(python, AGENT_SOURCES, DESKTOP_SOURCES, (GRADING_BIN,))
             agent_dir = agent_folder.prepare(self._agent_files, secure_base_dir(self.base_dir))
             fronts_dir = grading_fronts.prepare(python, secure_base_dir(self.base_dir))
+            encodings_dir = self._encodings_dir(python) if fronts_dir is None else None
         self._spec = SandboxSpec(
             bwrap=shutil.which("bwrap") or "bwrap", python=python, agent_dir=agent_dir,
             snapshot=self.snapshot, desktop=bool(self.options.desktop), screen=self.options.screen,
             memory_mb=self._memory_mb,
             limit_as=self._memory_mb * 2**20 if self._limit_as else None,
-            limit_nproc=self._limit_nproc, hidden_files=self.options.hidden_files, fronts_dir=fronts_dir)
+            limit_nproc=self._limit_nproc, hidden_files=self.options.hidden_files, fronts_dir=fronts_dir,
+            encodings_dir=encodings_dir)
         #: per VM folder, what its every boot shares, made at its first: its cgroups, and
         #: bwrap's argv but the fds (by VM, folder and uid); forgotten with the folder
         self._groups: dict[str, cgroups.VMCgroup] = {}
@@ -246,6 +248,18 @@ class ProcessProvider(Provider):
         return f"ProcessProvider(run_id={self.run_id!r}, base_dir={str(self.base_dir)!r})"
 
     # ------------------------------------------------------------------- contract
+    def _encodings_dir(self, python: str) -> Path:
+        """Python's encodings front's folder, for sandboxes without their fronts' folder; a
+        grading command's python is not left without that front: ProviderUnavailable."""
+        made = grading_fronts.prepare_encodings(python, secure_base_dir(self.base_dir))
+        if made is None:
+            raise ProviderUnavailable(
+                f"neither the grading fronts' folder nor python's encodings front could be made under "
+                f"{secure_base_dir(self.base_dir) / grading_fronts.FOLDERS} (the warnings above say why): a check's "
+                f"python would run the answer's .pth and bytecode; free space there, or set {BASE_DIR_ENV} to a "
+                f"folder that can hold them")
+        return made
+
     @classmethod
     def check_available(cls) -> None:
         """ProviderUnavailable unless bwrap exists and can create the namespaces we use,
@@ -434,10 +448,12 @@ class ProcessProvider(Provider):
             # gone and not made again: the boots bind the package's files, as without it
             self._spec = dataclasses.replace(spec, agent_dir=None)
             self._argvs.clear()
-        if spec.fronts_dir is not None and not grading_fronts.current(spec.fronts_dir, spec.python):
+        if (spec.fronts_dir is not None and not grading_fronts.current(spec.fronts_dir, spec.python)
+                or spec.encodings_dir is not None and not spec.encodings_dir.is_dir()):
             # gone, or the host's programs changed: made again (None: file by file, as without it)
-            self._spec = dataclasses.replace(self._spec, fronts_dir=grading_fronts.prepare(
-                spec.python, secure_base_dir(self.base_dir)))
+            fronts_dir = grading_fronts.prepare(spec.python, secure_base_dir(self.base_dir))
+            self._spec = dataclasses.replace(self._spec, fronts_dir=fronts_dir, encodings_dir=None if fronts_dir
+                                             else self._encodings_dir(spec.python))
             self._argvs.clear()
         socket_path = vm_dir / "sock" / SOCKET_NAME
         private = sandbox_launch.launch(

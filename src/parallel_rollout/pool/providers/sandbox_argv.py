@@ -77,6 +77,8 @@ class SandboxSpec:
     #: the grading wrappers' fronts' folder made ahead (``grading_fronts.prepare``), bound over
     #: /usr/bin; None: env's, git's and python's fronts bound file by file
     fronts_dir: Path | None = None
+    #: without ``fronts_dir``, python's encodings with its front (``grading_fronts.prepare_encodings``)
+    encodings_dir: Path | None = None
 
     def tmpfs_mb(self, size_mb: int) -> int:
         """A tmpfs's size: its pages are charged to the VM's memory cgroup and never freed
@@ -173,7 +175,7 @@ def folder_argv(spec: SandboxSpec, vm_id: str, vm_dir: Path,
         "--tmpfs", GUEST_HOME,
         # the guest's files (a desktop's shim and python among them) for its user too
         *sandbox_fs.open_dirs(os.path.dirname(images.GUEST_DIR), images.GUEST_DIR),
-        *grading_fronts.bwrap_binds(spec.python, spec.fronts_dir),
+        *grading_fronts.bwrap_binds(spec.python, spec.fronts_dir, spec.encodings_dir),
         # what no command may read, where the fronts' folder shows the host's /usr again
         *(grading_fronts.mirrored_masks(masks) if spec.fronts_dir is not None else ()),
         *snapshot,
