@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from parallel_rollout.errors import GuestUnreachable
+from parallel_rollout.guest import agent_commands
 from parallel_rollout.guest import server as server_module
 from parallel_rollout.guest.client import GuestClient, GuestRequestError
 
@@ -215,6 +216,31 @@ def test_timeout_kills_the_whole_process_group(agent):
     assert not psutil.pid_exists(background) or \
         psutil.Process(background).status() == psutil.STATUS_ZOMBIE
     assert client.health()["status"] == "ok"
+
+
+def _started(command: str) -> subprocess.Popen:
+    """``command`` by sh, in a session of its own, its output piped: as the agent starts one."""
+    return subprocess.Popen(["/bin/sh", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+
+
+def test_a_command_that_exits_as_its_deadline_fires_answers_its_own_exit(monkeypatch):
+    """A check that exited 0 between its deadline and the kill (a race seen at 0.001 s) was
+    answered "timed out", and graded 0: a command that had exited when the kill reached it
+    answers its own status. The race made certain: the kill waits for its real exit."""
+    kill = agent_commands._kill_group
+
+    def kill_once_exited(pgid):
+        os.waitid(os.P_PID, pgid, os.WEXITED | os.WNOWAIT)  # it exits on its own, not yet reaped
+        kill(pgid)
+    monkeypatch.setattr(agent_commands, "_kill_group", kill_once_exited)
+    for command in ("exec >/dev/null 2>&1; sleep 0.3; exit 0", "sleep 0.3; echo done; exit 4"):
+        result = agent_commands._finish(_started(command), 0.05, None)
+        assert "timeout" not in result and result["returncode"] == (0 if "exit 0" in command else 4), result
+    # one the kill reached timed out, as ever
+    monkeypatch.setattr(agent_commands, "_kill_group", kill)
+    result = agent_commands._finish(_started("exec >/dev/null 2>&1; sleep 30"), 0.05, None)
+    assert result["timeout"] is True and result["returncode"] == -9, result
 
 
 @pytest.mark.parametrize("start", ["setsid sh -c", "sh -c"])

@@ -11,8 +11,9 @@ its own session so that a timeout kills the command's whole process group.
 A command that *runs but fails* is not an HTTP error: the answer is 200 with ``status:
 "error"``, because the request itself was fine. Not found / not executable: returncode 127 /
 126 (the shell's codes) with ``message: "command not found: ..."``; a timeout: ``timeout:
-true``, the group's exit code (-9 unless the leader had already exited) and what was captured
-before the kill.
+true``, the group's exit code (-9) and what was captured before the kill. A command that had
+exited by the time the kill reached it (its own status, not SIGKILL's) answers that exit, no
+timeout: a check that exited 0 as its deadline fired was graded "timed out".
 
 **Who runs what.** With ``--run-as UID:GID`` (:data:`run_as`; the process provider as root,
 docker, qemu) the agent keeps its own user and runs every command as that other,
@@ -230,6 +231,9 @@ def _finish(proc, timeout: float, tail: int | None) -> dict:
         if stream is not None and not (drained and stream in pipes):
             stream.close()
     proc.wait()
+    # exited on its own between the deadline and the kill (a status of its own, not the kill's
+    # SIGKILL, which reaches the whole group at once): its exit is its answer, not a timeout
+    timed_out = timed_out and proc.returncode == -agent_spawn.SIGKILL
     result = {"returncode": proc.returncode, "output": out.text(tail), "error": err.text(tail)}
     for name, stream in (("output", out), ("error", err)):
         if stream.dropped:
