@@ -1,10 +1,12 @@
-"""Plugins that log, for tests/test_logs.py: an agent (runs in the worker processes) and a
-provider (runs in the pool's Manager process), each under its own logger, as a third
-party's code would."""
+"""Plugins that log, for tests/test_logs.py and tests/test_ray_backend.py: agents (run in the
+worker processes) and a provider (runs in the pool's Manager process), each under its own
+logger, as a third party's code would."""
 
 from __future__ import annotations
 
 import logging
+import os
+import signal
 
 from parallel_rollout.agents.oracle import OracleAgent
 from parallel_rollout.pool.providers.process import ProcessProvider
@@ -41,3 +43,13 @@ class FlagNamingOracle(OracleAgent):
         """Warn, then queue the reference actions."""
         project_log.warning("task %s: --max-turns %d", task.id, self.config.max_turns)
         super().reset(task)
+
+
+class WarnsAndDies(OracleAgent):
+    """Warns (a project's WARNING, its last words), then kills its own process on the spot: a
+    Ray worker actor that dies before it answers again (tests/test_ray_backend.py)."""
+
+    def reset(self, task) -> None:
+        """Warn, then die by SIGKILL (no clean-up, no flush)."""
+        project_log.warning("last words before dying on task %s", task.id)
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -413,3 +413,23 @@ def test_a_python_runs_node_warnings_are_said_in_its_keywords(cluster, tmp_path)
               if "exited between episodes" in line]
     assert logged and all(" on node " in line and f"agent_cmd='{sys.executable} {script}'" in line
                           and "--agent-cmd" not in line for line in logged), logged
+
+
+def test_the_last_words_of_a_worker_that_dies_on_its_own_are_in_run_log(cluster, tmp_path):
+    """An agent that warns, then kills its own worker actor's process: the warning, logged
+    since the actor's last answer, is on the driver's console and in run.log, once, named by
+    its worker and node (the cause of the death is there); it stayed in Ray's log files on the
+    node, the record of the attempt and the answer to the kill never coming."""
+    cl, _ = cluster
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("dies")])
+    cmd = _cli(tmp_path, cl.address, "dies", "--agent", "log_plugins:WarnsAndDies", "--max-retries", "0")
+    cmd[cmd.index("--data") + 1] = str(data)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=ROOT / "tests")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    record = assert_exactly_once(tmp_path / "dies", {"dies#0"})["dies#0"]
+    assert record["status"] == "worker_died", record
+    said = [line for line in proc.stderr.splitlines() if "last words before dying on task dies" in line]
+    assert len(said) == 1 and said[0].startswith(f"[worker {record['worker']} on node {record['node'][:8]}] "), \
+        proc.stderr[-3000:]
+    logged = [line for line in (tmp_path / "dies" / "run.log").read_text().splitlines() if "last words" in line]
+    assert len(logged) == 1 and f" WARNING worker {record['worker']} on node {record['node'][:8]} " in logged[0], logged

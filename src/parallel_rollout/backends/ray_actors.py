@@ -22,7 +22,8 @@ with ``ray.remote`` and pins each to a node. They run inside Ray's worker proces
   for nothing where the driver has them already). A pool apart from the folder keeps its
   events.jsonl lines (``EventLines``) for the driver, which takes them every second, with
   the pool's stats (``report``), and once more after the pool's shutdown. So do both actors'
-  warnings and errors (``ray_logs``): a pool's with its report, a worker's with its records.
+  warnings and errors (``ray_logs``): a pool's with its report, a worker's with its records
+  (and, should it die before its next answer, from the cluster's store: ``last_words``).
 """
 
 from __future__ import annotations
@@ -200,7 +201,7 @@ class WorkerActor:
     """One worker: runs attempts, up to ``envs_per_worker`` at once (one per slot)."""
 
     def __init__(self, worker_id: str, holder: str, pool_handle: Any, config: Any, run_dir: str,
-                 folder_token: str | None = None) -> None:
+                 folder_token: str | None = None, lines_key: str | None = None) -> None:
         _ignore_sigint()
         # before anything of the run's: what an agent (or a plugin's import) starts joins the
         # group, and dies with the actor however it ends (a kill, a death, its node lost)
@@ -215,8 +216,9 @@ class WorkerActor:
         #: why this node cannot make the run's mode or agent (None: it can)
         self.cannot_load: str | None = None
         self._node = _node_id()
-        #: its warnings and errors (its agent's, its env's), for the driver's log
-        self.lines = keep_lines(f"worker {worker_id} on node {self._node[:8]}")
+        #: its warnings and errors (its agent's, its env's), for the driver's log; stored under
+        #: ``lines_key`` as they are logged, for the driver to read should it die (``ray_logs``)
+        self.lines = keep_lines(f"worker {worker_id} on node {self._node[:8]}", lines_key)
         try:
             get_env(config.mode), get_agent(config.agent)
         except Exception as exc:  # noqa: BLE001 - said to the driver, which stops the run

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,6 +96,8 @@ class _Worker:
     lost: bool = False
     #: this spawn's token (unique in the run): what the pool knows its leases by
     holder: str = ""
+    #: where it stores the lines it logs until an answer takes them (``ray_logs.last_words``)
+    lines_key: str | None = None
 
     @property
     def worker_id(self) -> str:
@@ -133,6 +136,9 @@ class RayBackend(WorkerTable, NodeWatch, WorkerDeaths):
         self._head = HeadWatch()
         #: the words of whoever started the run, for the actors' warnings (``ray_logs``)
         self._rewrite: Any = None
+        #: this engine's part of the cluster's store of workers' last words (another run's, or
+        #: this one's resumed, has its own)
+        self._lines_keys = uuid.uuid4().hex
         #: the nodes' sweeps of the run's leftovers, each before its pool and workers
         #: (and, where a node has its own pool, whether the provider can run there: the run's
         #: preflight checked only this host)
@@ -212,9 +218,11 @@ class RayBackend(WorkerTable, NodeWatch, WorkerDeaths):
             index, self._next_index = self._next_index, self._next_index + 1
         self._spawns += 1
         holder = f"w{index}.{self._spawns}"
+        lines_key = f"{self._lines_keys}:{holder}"
         actor = pinned(WorkerActor, node_id, max_concurrency=self.config.envs_per_worker + 2).remote(
-            f"w{index}", holder, self._pool_of(node_id), self.config, str(self.spec.run_dir), self._folder_token)
-        self._workers[index] = _Worker(index, node_id, actor, actor.ready.remote(), holder=holder)
+            f"w{index}", holder, self._pool_of(node_id), self.config, str(self.spec.run_dir), self._folder_token,
+            lines_key)
+        self._workers[index] = _Worker(index, node_id, actor, actor.ready.remote(), holder=holder, lines_key=lines_key)
 
     def _pool_of(self, node_id: str) -> Any:
         """The pool a worker on ``node_id`` leases from (None when no mode needs VMs)."""

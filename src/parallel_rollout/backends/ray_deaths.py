@@ -5,7 +5,9 @@ was killed on purpose (a timeout, a cancel, its node lost). Each attempt it held
 ``worker_died`` (``_died_record``) and the engine retries it; its VMs are reclaimed by its
 pool and its ``worker_died`` event written once the pool says which (``RECLAIM_WAIT_S``);
 the actor is killed after its process tree (``KILL_WAIT_S``), and replaced on its node if
-the node is alive. Neither the kill nor the reclaim is waited for (``ray_pending``).
+the node is alive. Neither the kill nor the reclaim is waited for (``ray_pending``). What a
+worker logged since its last answer is said before the warning of a death of its own, and
+with the kill's answer (or without one) otherwise (``ray_logs.last_words``).
 
 Attempts past ``--task-timeout`` (``check_timeouts``) are recorded ``task_timeout``
 (``VMKilled`` when its node's pool says the VM it held was killed from outside:
@@ -28,7 +30,7 @@ from .base import BackendSpec, CrashWindow, EngineHooks, died_record, late_failu
 from .ray_actors import PROGRESS_WAIT_S, RayPool, late_progress
 from .ray_cluster import done_refs, why
 from .ray_head import HeadWatch
-from .ray_logs import said_on_driver
+from .ray_logs import last_words, said_on_driver
 from .ray_pending import Pending
 from .ray_pools import Node
 
@@ -67,6 +69,8 @@ class WorkerDeaths:
         del self._workers[w.index]
         for ref in [r for r, (owner, _) in self._refs.items() if owner is w]:
             del self._refs[ref]
+        if not deliberate and not self._head.lost:  # it died on its own: what it said last, often why
+            said_on_driver(last_words(w.lines_key), self._rewrite)
         self._kill(w)
         said = f"node {w.node_id[:8]} pid {w.pid}: {reason}"
         pool_node = self._nodes[self._shared_home or w.node_id]
@@ -124,19 +128,21 @@ class WorkerDeaths:
                 except Exception:  # noqa: BLE001
                     pass
             if ref is None:
-                self._kill_actor(w.actor)
+                self._kill_actor(w)
             else:
-                self._pending.add(ref, KILL_WAIT_S, lambda lines, _exc, actor=w.actor: self._kill_actor(actor, lines))
+                self._pending.add(ref, KILL_WAIT_S, lambda lines, _exc, w=w: self._kill_actor(w, lines))
 
-    def _kill_actor(self, actor: Any, lines: list[Any] | None = None) -> None:
-        """Kill a worker actor, once the ``lines`` it logged since its last record are said."""
+    def _kill_actor(self, w: Any, lines: list[Any] | None = None) -> None:
+        """Kill a worker's actor, once the ``lines`` it logged since its last record are said,
+        and those its answer did not bring (it died, or did not answer: ``last_words``)."""
         import ray
 
         said_on_driver(lines, self._rewrite)
-        if self._head.lost:  # ray.kill waits on the head
+        if self._head.lost:  # ray.kill waits on the head, as the store does
             return
+        said_on_driver(last_words(w.lines_key), self._rewrite)
         try:
-            ray.kill(actor, no_restart=True)
+            ray.kill(w.actor, no_restart=True)
         except Exception:  # noqa: BLE001
             pass
 

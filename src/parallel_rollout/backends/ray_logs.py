@@ -5,8 +5,9 @@ level) and run.log, as a local worker's lines are (``logs``: ``[rollout-worker-3
 
     node: PoolActor / WorkerActor                       driver (the engine's thread, or the close's)
     parallel_rollout logger ─► KeptLines (WARNING+) ─┬─ report(), every second ─► take_reports ─┐
-                                                     └─ run()'s record, kill_children() ────────┴─► said_on_driver
-                                                                                                    └─► logs.dispatch
+                                                     ├─ run()'s record, kill_children() ────────┼─► said_on_driver
+                                                     └─ a worker's: Ray's KV ─► last_words ─────┘
+                                                        (as logged; read as it dies or is killed)
 
 * **No channel of its own.** A Ray actor's own log goes to Ray's worker log files on its node
   (the driver connects with ``log_to_driver=False``: Ray's forwarding printed every actor's
@@ -15,7 +16,17 @@ level) and run.log, as a local worker's lines are (``logs``: ``[rollout-worker-3
   the driver takes from the actor anyway: a pool's with its report (every second, and after
   its shutdown), a worker's with the record of the attempt it ran (and, for what it said
   between attempts, with the answer to the kill at the run's end). Each is taken once: a line
-  comes once, and a line an actor logged before its last answer is never lost.
+  comes once, and a line an actor logged before its last answer is never lost, but for a
+  worker that dies first:
+* **A worker's last words.** A worker that dies on its own (its process killed, an
+  ``os._exit`` in its agent) answers nothing more: the lines it logged since its last record,
+  often the cause, were left in Ray's log files on its node. So a worker's kept lines are
+  also written, as each is logged, to the cluster's key-value store (Ray's GCS, which
+  outlives any worker node: ``LAST_WORDS_NS``, one key each under its spawn's), cleared when an
+  answer takes them; the driver reads and deletes its key when it dies (before the death's
+  own warning) and when it was killed (after the kill's answer, or without one). Each line is
+  still said once. A store that fails (a head that does not answer) is not written again:
+  the lines then travel only with the answers.
 * **Named by actor and node**: ``worker w3 on node 1a2b3c4d``, ``VM pool on node 1a2b3c4d``, the
   record's process name, as a local worker's is ``rollout-worker-3``.
 * **In the run's words.** The driver says each line through the rewrite of whoever started the
@@ -30,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import logging.handlers
+import pickle
 import threading
 from typing import Any, Callable
 
@@ -40,15 +52,34 @@ from ..logs import PROJECT_LOGGER, dispatch
 LOG_LINES = "log_lines"
 
 
+#: the namespace of the cluster's key-value store that holds the workers' last words
+LAST_WORDS_NS = "parallel_rollout.last_words"
+#: seconds a write, read or delete there may take (a head that does not answer)
+LAST_WORDS_WAIT_S = 2.0
+
+
+def _store() -> Any:
+    """The cluster's key-value store (Ray's GCS client), None when not connected."""
+    from ray.experimental.internal_kv import internal_kv_get_gcs_client
+
+    return internal_kv_get_gcs_client()
+
+
 class KeptLines(logging.handlers.QueueHandler):
     """An actor's handler: each WARNING-and-above record of the project's loggers, its message
-    formatted (so it pickles) and its process name the actor's, kept until the driver takes it."""
+    formatted (so it pickles) and its process name the actor's, kept until the driver takes it;
+    with a ``key``, written under it in the cluster's store too, until taken (a worker's)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, key: str | None = None) -> None:
         super().__init__(queue=None)  # type: ignore[arg-type]
         self.setLevel(logging.WARNING)
         #: the actor's name in the driver's log (the record's process name)
         self.name_said = name
+        #: where its last words are stored (None: not stored, or the store failed)
+        self.key = key
+        #: how many it stored (each record under ``<key>:<n>``), and whether some are not taken
+        self._count = 0
+        self._stored = False
         self._records: list[logging.LogRecord] = []
         self._lock = threading.Lock()
 
@@ -62,18 +93,39 @@ class KeptLines(logging.handlers.QueueHandler):
         """Keep the record for the driver."""
         with self._lock:
             self._records.append(record)
+            self._write(record)
 
     def take(self) -> list[logging.LogRecord]:
-        """The records kept since the last take."""
+        """The records kept since the last take (cleared from the store)."""
         with self._lock:
             records, self._records = self._records, []
+            if self._stored:
+                self._write(None)
         return records
 
+    def _write(self, record: logging.LogRecord | None) -> None:
+        """Store ``record`` under the key's next number (None: delete every one stored); a
+        failure stops the storing."""
+        if self.key is None:
+            return
+        try:
+            store, space = _store(), LAST_WORDS_NS.encode()
+            if record is None:
+                store.internal_kv_del(f"{self.key}:".encode(), True, space, timeout=LAST_WORDS_WAIT_S)
+            else:
+                self._count += 1
+                store.internal_kv_put(f"{self.key}:{self._count}".encode(), pickle.dumps(record), True, space,
+                                      timeout=LAST_WORDS_WAIT_S)
+            self._stored = record is not None
+        except Exception:  # noqa: BLE001 - never raised into a logging call: the answers still carry them
+            self.key = None
 
-def keep_lines(name: str) -> KeptLines:
+
+def keep_lines(name: str, key: str | None = None) -> KeptLines:
     """In an actor: its project loggers' warnings and errors kept for the driver, said as
-    ``name``'s; the handler, whose ``take`` the actor's answers carry."""
-    handler = KeptLines(name)
+    ``name``'s (stored under ``key`` until taken, if given); the handler, whose ``take`` the
+    actor's answers carry."""
+    handler = KeptLines(name, key)
     project = logging.getLogger(PROJECT_LOGGER)
     project.addHandler(handler)
     if project.getEffectiveLevel() > logging.WARNING:  # Ray's own level for its workers may be higher
@@ -87,3 +139,19 @@ def said_on_driver(records: list[Any] | None, rewrite: Callable[[str], str] | No
     for record in records or ():
         if isinstance(record, logging.LogRecord):
             dispatch(record, rewrite)
+
+
+def last_words(key: str | None) -> list[logging.LogRecord]:
+    """On the driver: what a worker stored under ``key`` and no answer took (``KeptLines``),
+    deleted from the store; none if the store does not answer within ``LAST_WORDS_WAIT_S``."""
+    if key is None:
+        return []
+    try:
+        store, prefix, space = _store(), f"{key}:".encode(), LAST_WORDS_NS.encode()
+        if store is None or not (keys := store.internal_kv_keys(prefix, space, timeout=LAST_WORDS_WAIT_S)):
+            return []
+        values = store.internal_kv_multi_get(keys, space, timeout=LAST_WORDS_WAIT_S)
+        store.internal_kv_del(prefix, True, space, timeout=LAST_WORDS_WAIT_S)
+        return [pickle.loads(values[k]) for k in sorted(values, key=lambda k: int(k.rsplit(b":", 1)[1]))]
+    except Exception:  # noqa: BLE001 - a head that does not answer, records that do not load
+        return []
