@@ -135,8 +135,10 @@ def test_a_run_started_again_after_a_stop_says_which_run_to_resume(tmp_path):
     again = subprocess.run([*line, "--limit", "1"], capture_output=True, text=True, timeout=120, env=env)
     assert again.returncode == 0, again.stderr
     said = " ".join((again.stdout + again.stderr).split())
-    assert (f"an earlier run of these settings, {stopped}, was interrupted with 1 of 2 samples final: this one "
-            f"runs every sample again; --run-id {stopped} --resume goes on with that one instead") in said, said
+    # under another --limit: what it finished of this run's one sample (quick, the first)
+    assert (f"an earlier run of these settings, {stopped}, was interrupted with 1 of 2 samples final without "
+            "--limit, 1 of them among this run's 1 sample (--limit 1): this one runs each of its samples; "
+            f"--run-id {stopped} --resume goes on with that one instead") in said, said
     other = subprocess.run([*line, "--limit", "1", "--max-turns", "5"], capture_output=True, text=True,
                            timeout=120, env=env)
     assert other.returncode == 0 and "an earlier run" not in other.stdout + other.stderr, other.stderr

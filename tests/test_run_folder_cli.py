@@ -162,3 +162,36 @@ def test_a_concurrent_run_refuses_a_second_run(tmp_path):
         output, _ = first.communicate(timeout=60)
     assert first.returncode == 0, output
     assert_exactly_once(out / "r", {"slow#0"})
+
+
+def test_a_new_run_under_another_limit_says_what_the_earlier_run_finished_of_its_samples(tmp_path):
+    """A run of four tasks killed with t0 and t1 final, then the same settings under --limit 1
+    as a new run: the note said "this one runs every sample again; --run-id a --resume goes on
+    with that one instead", where that resume (with --limit 1) is refused for t1, and the
+    earlier run had finished this run's one sample, not all of them. --limit is no setting the
+    runs must share (no part of their hash): the note says each one's and what the earlier run
+    finished of this run's samples, and the resume that goes on with it."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(f"t{i}") for i in range(4)])
+
+    def run(run_id: str, *args: str):
+        return CliRunner().invoke(main, ["--mode", "shell", "--data", str(data), "--num-rollouts", "1",
+                                         "--output-dir", str(tmp_path / "out"), "--run-id", run_id,
+                                         "--no-progress", *args])
+
+    assert run("a").exit_code == 0
+    results = tmp_path / "out" / "a" / "results.jsonl"
+    kept = [line for line in results.read_text().splitlines(keepends=True)
+            if json.loads(line)["key"] in ("t0#0", "t1#0")]
+    results.write_text("".join(kept))  # killed after two results: no summary
+    (tmp_path / "out" / "a" / "summary.json").unlink()
+    said = " ".join(run("b", "--limit", "1", "--dry-run").output.split())
+    assert ("an earlier run of these settings, a, was partial with 2 of 4 samples final without --limit, 1 of "
+            "them among this run's 1 sample (--limit 1): this one runs each of its samples; --run-id a --resume "
+            "without --limit goes on with that one instead") in said, said
+    said = " ".join(run("c", "--limit", "3", "--dry-run").output.split())
+    assert ("was partial with 2 of 4 samples final without --limit, 2 of them among this run's 3 samples "
+            "(--limit 3): this one runs each of its samples; --run-id a --resume goes on with that one "
+            "instead") in said, said
+    # the same --limit as the earlier run's: the note as it was
+    said = " ".join(run("d", "--dry-run").output.split())
+    assert "2 of 4 samples final: this one runs every sample again; --run-id a --resume goes on" in said, said

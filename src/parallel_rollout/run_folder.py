@@ -68,7 +68,7 @@ class RunFolder:
             config_path = self.run_dir / "config.json"
             stored = self.check_resume()
             if stored is None and not cfg.resume:
-                note = self.twins_note()
+                note = self.twins_note(keys)
                 if note:
                     log.warning("%s", note)
             store = ResultStore(self.run_dir)
@@ -123,15 +123,16 @@ class RunFolder:
             check_resume(self.run_id, stored, self.config, self.provenance)
         return stored
 
-    def twins_note(self) -> str:
-        """What a new run says of the runs of its output folder made with its settings that
-        were stopped short: a run started again (as OSWorld's run.py is) goes on by
-        ``--resume`` only (``report.runs.unfinished_twins``)."""
+    def twins_note(self, keys: set[str]) -> str:
+        """What a new run of the samples ``keys`` says of the runs of its output folder made
+        with its settings that were stopped short: a run started again (as OSWorld's run.py
+        is) goes on by ``--resume`` only (``report.runs.unfinished_twins``)."""
         from .report.runs import twins_note, unfinished_twins
 
         twins = unfinished_twins(self.config.output_dir, self.config.identity_hash(), besides=self.run_id)
         twins = [twin for twin in twins if self._resumable(twin.run_id)]
-        return twins_note(twins, python=PYTHON_CALL in self.config.sources.values())
+        return twins_note(twins, self.config.output_dir, keys, self.config.limit,
+                          python=PYTHON_CALL in self.config.sources.values())
 
     def _resumable(self, run_id: str) -> bool:
         """Whether a resume of the output folder's run ``run_id`` with this run's settings and
@@ -166,7 +167,7 @@ class RunFolder:
                 "that one ends" if run_folder_locked(self.run_dir) else "")
         results_path = self.run_dir / "results.jsonl"
         if not results_path.exists():
-            note = self.twins_note()
+            note = self.twins_note(keys)
             return f"a new run folder {self.run_dir}" + (f" ({note})" if note else "") + busy
         try:
             finals = sample_ends(read_records(results_path))

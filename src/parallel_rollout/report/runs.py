@@ -167,16 +167,39 @@ def unfinished_twins(output_dir: str | Path, identity_hash: str, besides: str) -
     return found
 
 
-def twins_note(lines: list[RunLine], python: bool = False) -> str:
-    """What a new run says of :func:`unfinished_twins` (the newest named), "" for none."""
+def twins_note(lines: list[RunLine], output_dir: str | Path, keys: set[str], limit: int | None,
+               python: bool = False) -> str:
+    """What a new run of the samples ``keys`` (``limit``: its --limit) says of
+    :func:`unfinished_twins` (the newest named), "" for none. --limit is no part of the
+    settings' hash: under another one, what the earlier run finished of this run's samples,
+    and the --limit its resume needs when it finished samples this run leaves out."""
     if not lines:
         return ""
     last = max(lines, key=lambda line: (line.started or 0, line.run_id))
     resume = f"run_id={last.run_id!r}, resume=True" if python else f"--run-id {last.run_id} --resume"
     more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
-    return (f"an earlier run of these settings, {last.run_id}{more}, was {last.status} with {last.finished} of "
-            f"{'?' if last.total is None else last.total} samples final: this one runs every sample again; "
-            f"{resume} goes on with that one instead")
+    said = (f"an earlier run of these settings, {last.run_id}{more}, was {last.status} with {last.finished} of "
+            f"{'?' if last.total is None else last.total} samples final")
+    theirs = (_stored_config(Path(output_dir) / last.run_id).get("config") or {}).get("limit")
+    if theirs == limit:
+        return f"{said}: this one runs every sample again; {resume} goes on with that one instead"
+    try:
+        finals = set(RunData.load(Path(output_dir) / last.run_id, with_events=False).finals)
+    except (ConfigError, OSError):  # unfinished_twins read it a moment ago
+        return ""
+    if finals - keys:  # a resume under this run's --limit would leave them out: refused
+        resume += f", limit={theirs!r}" if python else f" --limit {theirs}" if theirs else " without --limit"
+    samples = f"{len(keys)} sample{'' if len(keys) == 1 else 's'}"
+    return (f"{said} {_limit_said(theirs, python)}, {len(finals & keys)} of them among this run's {samples} "
+            f"({_limit_said(limit, python)}): this one runs each of its samples; {resume} goes on with that one "
+            "instead")
+
+
+def _limit_said(limit: int | None, python: bool) -> str:
+    """A run's --limit as the note says it: ``--limit 3``, ``without --limit`` (``limit=3``)."""
+    if python:
+        return f"limit={limit!r}" if limit else "without limit"
+    return f"--limit {limit}" if limit else "without --limit"
 
 
 def format_runs(lines: list[RunLine]) -> str:
