@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import socket
-import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -148,17 +147,9 @@ def test_loadvm_reset_restores_state_and_stop_removes_the_overlay(image, request
         assert "sleep 777" not in client.execute("cat /proc/[0-9]*/cmdline | tr '\\0' ' '",
                                                  shell=True)["output"]
 
-        # sub-second resets; the guest clock follows the host's (loadvm would turn it back)
-        times = []
-        for _ in range(20):
-            started = time.monotonic()
-            info = provider.reset(info)
-            times.append(time.monotonic() - started)
-        p50 = statistics.median(times)
-        p95 = statistics.quantiles(times, n=20)[-1]
-        print(f"[qemu] {info.private['accel']} boot {info.private['boot_s']:.1f}s, "
-              f"reset p50 {p50 * 1000:.0f} ms p95 {p95 * 1000:.0f} ms")
-        assert p50 < 1.5, times  # about 0.3-0.5 s here; slack for a loaded CI machine
+        # the guest clock follows the host's right after a reset (loadvm would turn it back);
+        # how long resets take is measured by benchmarks/providers.py --providers qemu
+        info = provider.reset(info)
         asked = time.time()
         guest_time = float(client.execute(["date", "+%s.%N"])["output"])
         # within the call's own time (seconds under TCG on a loaded machine), not behind it
