@@ -1,9 +1,9 @@
 """One task file's JSON as a run can keep it: ``parse_json`` reads a file or a line and
 refuses, naming ``file:line``, what ``results.jsonl`` could not store (a number JSON does not
 have, a number past float or Python's digit limit, text with a lone surrogate); a syntax
-error says its line and column; ``as_written``, ``kinds_said`` and ``value_said`` say a field's
-value and kinds in the file's words, JSON's. Shared by the task loaders (``tasks.py``,
-``tasks_osworld.py``) and the modes' field checks (``envs.base.require``).
+error says its line and column; ``as_written``, ``kinds_said``, ``value_said`` and ``kind_of``
+say a field's value and kinds in the file's words, JSON's (``JSON_WORDS``, one table of them). Shared by the task loaders (``tasks.py``,
+``tasks_osworld.py``) and the modes' field checks (``envs.base.require``, OSWorld's rule and step checks).
 """
 
 from __future__ import annotations
@@ -126,6 +126,17 @@ def as_written(value: Any) -> str:
 #: how a task file's value kinds are said: in JSON's words, as the file writes them
 JSON_WORDS = {dict: "an object", list: "a list", str: "a string", bool: "true or false", int: "a whole number",
               float: "a number"}
+
+
+def kind_of(value: Any) -> str:
+    """A value's kind as a refusal names it beside the value (``5, a number``, ``true, a
+    boolean``): JSON_WORDS' words for an object, a list and a string, "null", "a boolean" (JSON_WORDS'
+    "true or false" says what a field must be, not what a value is), and "a number" for any number."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return next((JSON_WORDS[kind] for kind in (dict, list, str) if isinstance(value, kind)), "a number")
 
 
 def kinds_said(kinds: tuple[type, ...]) -> str:

@@ -12,11 +12,12 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
+from ...task_json import kind_of
 from .getter_keys import FIELDS as GETTER_FIELDS, files_problem, key_problem
 from .getters import GETTERS
 from .metrics import METRICS
 from .option_keys import option_problem
-from .rule_keys import RULE_GETTERS, MalformedRule, kind_of, rule_problem, task_rules, unread_hint
+from .rule_keys import RULE_GETTERS, MalformedRule, rule_problem, task_rules, unread_hint
 from .rule_methods import table_rules_problem, value_rules_problem
 from .state_kinds import lists_problem, output_problem, pairing_problem
 

@@ -26,10 +26,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ...task_json import as_written
+from ...task_json import JSON_WORDS, as_written, kind_of
 
 __all__ = ["KINDS", "RESULT_RULE_SHAPES", "RULE_GETTERS", "RULE_SHAPES", "MalformedRule", "RuleShape", "flag_problem",
-           "kind_of", "rule_problem", "shape_problem", "task_rules", "unread_hint"]
+           "rule_problem", "shape_problem", "task_rules", "unread_hint"]
 
 #: the expected getters whose state is the task file's ``rules``
 RULE_GETTERS = ("rule", "rule_relativeTime")
@@ -62,10 +62,10 @@ def _pairs(value: Any) -> bool:
 
 
 #: a value kind a shape's ``kinds`` asks of a key: its test and how the refusal names it
-KINDS = {"string": (lambda value: isinstance(value, str), "a string"),
-         "number": (lambda value: isinstance(value, (int, float)) and not isinstance(value, bool), "a number"),
-         "integer": (lambda value: isinstance(value, int) and not isinstance(value, bool), "a whole number"),
-         "boolean": (lambda value: isinstance(value, bool), "true or false"),
+KINDS = {"string": (lambda value: isinstance(value, str), JSON_WORDS[str]),
+         "number": (lambda value: isinstance(value, (int, float)) and not isinstance(value, bool), JSON_WORDS[float]),
+         "integer": (lambda value: isinstance(value, int) and not isinstance(value, bool), JSON_WORDS[int]),
+         "boolean": (lambda value: isinstance(value, bool), JSON_WORDS[bool]),
          "characters": (lambda value: isinstance(value, str) or isinstance(value, list) and all(
              isinstance(text, str) for text in value), "a string (or a list) of characters"),
          "pairs": (_pairs, "a list of [old, new] string pairs")}
@@ -126,12 +126,6 @@ RULE_SHAPES: dict[str, RuleShape] = {
     "is_vlc_playing": _typed(file_name=("file_name",), url=("url",)),
     "compare_image_text": _typed(text=("text",)),
 }
-
-def kind_of(value: Any) -> str:
-    """How a refusal names a JSON value's kind: "an object", "a list", "a string" …"""
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
-            type(None): "null"}.get(type(value), "a number")
-
 
 #: metric name -> the rule it reads as its result state (its expected one a value)
 RESULT_RULE_SHAPES: dict[str, RuleShape] = {

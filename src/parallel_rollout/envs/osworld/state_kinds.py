@@ -37,7 +37,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .rule_keys import RULE_GETTERS, RULE_SHAPES, kind_of
+from ...task_json import kind_of
+from .rule_keys import RULE_GETTERS, RULE_SHAPES
 
 __all__ = ["EITHER", "EXPECTED_KINDS", "FILE_GETTERS", "FILE_METRICS", "LIST_FILES", "RESULT_KINDS", "RULE_METRICS",
            "TEXT_GETTERS", "VALUE_GETTERS", "files_given", "lists_problem", "output_problem",

@@ -23,8 +23,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ...task_json import kind_of
 from ..base import MAX_TIMEOUT_S
-from .rule_keys import KINDS, flag_problem, kind_of, unread_hint
+from .rule_keys import KINDS, flag_problem, unread_hint
 
 __all__ = ["COMMAND", "FLAG", "NUMBER", "SECONDS", "TEXT", "TEXTS", "WHOLE", "Kind", "Objects", "one_of", "texts_of"]
 
