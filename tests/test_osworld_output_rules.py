@@ -31,7 +31,14 @@ MISTAKES = {
                            "evaluator metric 'exact_match': its rule's 'expected' is 100, a number, and its result "
                            f"getter 'vm_command_line' {_OUTPUT}: give a string"),
     "exact-match-list": (SINGLE, _rules(expected=["100\n"]),
-                         "evaluator metric 'exact_match': its rule's 'expected' is ['100\\n'], a list, and its result "
+                         "evaluator metric 'exact_match': its rule's 'expected' is [\"100\\n\"], a list, and its "
+                         f"result getter 'vm_command_line' {_OUTPUT}: give a string"),
+    # the value as the task file writes it, JSON: it said Python's "True, a boolean", "None, null"
+    "exact-match-true": (SINGLE, _rules(expected=True),
+                         "evaluator metric 'exact_match': its rule's 'expected' is true, a boolean, and its result "
+                         f"getter 'vm_command_line' {_OUTPUT}: give a string"),
+    "exact-match-null": (SINGLE, _rules(expected=None),
+                         "evaluator metric 'exact_match': its rule's 'expected' is null, and its result "
                          f"getter 'vm_command_line' {_OUTPUT}: give a string"),
     "include-a-number": (MULTI, _rules(include=[1]),
                          "evaluator.func[0] (check_include_exclude): its rule's 'include' is [1], a list, and its "

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...task_json import kind_of
+from ...task_json import as_written, kind_of
 from .rule_keys import RULE_GETTERS, RULE_SHAPES
 
 __all__ = ["EITHER", "EXPECTED_KINDS", "FILE_GETTERS", "FILE_METRICS", "LIST_FILES", "RESULT_KINDS", "RULE_METRICS",
@@ -191,7 +191,8 @@ def output_problem(func: str, result: Any, expected: Any) -> str | None:
         value = expected["rules"].get(key)
         texts = isinstance(value, list) and all(isinstance(item, str) for item in value)
         if key in expected["rules"] and not (texts if kind == "strings" else isinstance(value, str)):
-            return (f"its rule's {key!r} is {value!r}, {kind_of(value)}, and its result getter {result['type']!r} "
+            said = "null" if value is None else f"{as_written(value)}, {kind_of(value)}"  # as the file writes it
+            return (f"its rule's {key!r} is {said}, and its result getter {result['type']!r} "
                     f"gives a command's output, a string, which the metric compares it with (never a match): give "
                     f"{'a list of strings' if kind == 'strings' else 'a string'}")
     return None
