@@ -30,8 +30,9 @@ from parallel_rollout.pool.providers.process import ProcessProvider
 #: provider -> (what the last death says, the pool's boot timeout in seconds)
 NEVER_BOOTS = {
     "raises": ("chaos_plugins:BootFailsProvider", "boot failed: VMError: chaos: vm-", 5.0),
-    # the timeout as given, and the flag that sets it (it said 'after 0s' of 0.5 s, and no flag)
-    "hangs": ("chaos_plugins:BootHangsProvider", "boot timed out (--boot-timeout-s 0.5)", 0.5),
+    # the timeout as given, and the config file's key that set it (it said 'after 0s' of 0.5 s,
+    # and no flag; then --boot-timeout-s, a flag no one typed)
+    "hangs": ("chaos_plugins:BootHangsProvider", "boot timed out after 0.5s (boot-timeout-s in ", 0.5),
 }
 POOL = 2
 REPLACEMENTS = 2
