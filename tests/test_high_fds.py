@@ -23,7 +23,7 @@ from pool_support import fds_above
 
 def _read_until(fd: int, timeout: float) -> bool:
     try:
-        return read_until(fd, b"\n", time.monotonic() + timeout, timeout) == b"ready\n"
+        return read_until(fd, b"\n", time.monotonic() + timeout, f"{timeout:g}s") == b"ready\n"
     except VMError:
         return False
 

@@ -22,9 +22,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from parallel_rollout.errors import ConfigError
+from parallel_rollout.config import build_config
+from parallel_rollout.errors import ConfigError, VMError
 from parallel_rollout.guest.client import GuestClient
-from parallel_rollout.pool.providers import get_provider
+from parallel_rollout.pool.providers import get_provider, provider_options
 from parallel_rollout.pool.providers.base import ProviderOptions
 from parallel_rollout.pool.providers import cgroups, standby
 from parallel_rollout.pool.providers.process import ProcessProvider
@@ -363,3 +364,16 @@ def test_a_reset_hands_out_its_standby_and_kills_the_old_sandbox_behind_it(monke
 def _wait_for_standby(provider, vm_id: str) -> None:
     """Until the VM's next standby has booted (a reset then swaps it in)."""
     wait_until(lambda: provider._standby.ready(vm_id), 20)
+
+
+def test_a_boot_past_its_timeout_says_the_timeout_as_the_config_file_set_it(tmp_path, base_dir):
+    """A sandbox whose guest agent is not ready within the boot timeout a config file set
+    (boot_timeout_s = 0.01): it said "(--boot-timeout-s 0.01)", a flag no one typed; it says
+    the key as the file writes it, and the file, as the pool's own watchdog says it."""
+    (tmp_path / "run.toml").write_text("boot_timeout_s = 0.01\n")
+    config = build_config({}, str(tmp_path / "run.toml"))
+    provider = ProcessProvider("late", provider_options(config, ProcessProvider, []), base_dir=base_dir)
+    with pytest.raises(VMError) as caught:
+        provider.start("vm0")
+    assert (f"timed out waiting for the guest agent after 0.01s (boot_timeout_s in {tmp_path / 'run.toml'})"
+            in str(caught.value)), caught.value

@@ -31,11 +31,11 @@ from .sandbox_processes import KILL_WAIT_S, children, kill_sandbox, read_until
 
 def launch(vm_id: str, vm_dir: Path, socket_path: Path, group: cgroups.VMCgroup,
            argv_for: Callable[[int, int, int], list[str]], *, nofile: int, boot_timeout_s: float,
-           write_meta: Callable[[dict], None], own_userns: bool) -> dict:
+           boot_timeout_said: str, write_meta: Callable[[dict], None], own_userns: bool) -> dict:
     """Start ``vm_id``'s sandbox in ``vm_dir`` (bwrap's argv from ``argv_for(ready_fd,
     info_fd, listen_fd)``) and wait for the agent's ready line: the VM's private record,
     passed to ``write_meta`` as soon as the init's pid is known. VMError (with the agent's
-    log) when the agent is not ready within ``boot_timeout_s``."""
+    log) when the agent is not ready within ``boot_timeout_s`` (said as ``boot_timeout_said``)."""
     listener = sandbox_fs.listen(socket_path)
     ready_r, ready_w = os.pipe()
     info_r, info_w = os.pipe()
@@ -67,7 +67,7 @@ def launch(vm_id: str, vm_dir: Path, socket_path: Path, group: cgroups.VMCgroup,
                "oom_baseline": cgroups.oom_counts(group.paths)}  # the folder's so far
     try:
         deadline = time.monotonic() + boot_timeout_s
-        info = read_until(info_r, b"}", deadline, boot_timeout_s)
+        info = read_until(info_r, b"}", deadline, boot_timeout_said)
         try:
             init_pid = json.loads(info)["child-pid"]
         except (ValueError, KeyError) as exc:
@@ -77,7 +77,7 @@ def launch(vm_id: str, vm_dir: Path, socket_path: Path, group: cgroups.VMCgroup,
         # what a sweep kills by pid; until now it finds the sandbox by the folder's
         # cgroups and bwrap's command line (``sweep``)
         write_meta(private)
-        if not read_until(ready_r, b"\n", deadline, boot_timeout_s).startswith(b"ready"):
+        if not read_until(ready_r, b"\n", deadline, boot_timeout_said).startswith(b"ready"):
             raise VMError("the guest agent exited before it was ready")
         # once the agent runs, bwrap has built the sandbox: its /dev/pts is there
         sandbox_fs.cap_ptys(init_pid, own_userns=own_userns)

@@ -397,15 +397,15 @@ def kill_recorded(meta: dict, vm_dir: Path) -> None:
         orphans.reap(meta.get("pid"), recorded=True)
 
 
-def read_until(fd: int, terminator: bytes, deadline: float, budget_s: float) -> bytes:
+def read_until(fd: int, terminator: bytes, deadline: float, budget: str) -> bytes:
     """Bytes from a pipe up to ``terminator`` or EOF; VMError at the deadline, the boot's
-    ``budget_s`` named (which --boot-timeout-s sets). Any fd: a pool of a few hundred VMs
+    ``budget`` named as the user set it (``2s (boot-timeout-s in run.toml)``). Any fd: a pool of a few hundred VMs
     holds fds above select()'s 1023 (``readable_within``)."""
     data = b""
     while terminator not in data:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise VMError(f"timed out waiting for the guest agent (--boot-timeout-s {budget_s:g})")
+            raise VMError(f"timed out waiting for the guest agent after {budget}")
         if not readable_within(fd, remaining):
             continue
         chunk = os.read(fd, 4096)
