@@ -55,6 +55,15 @@ head.shutdown()
 """
 
 
+def command_of(proc: psutil.Process) -> str:
+    """A process's command line, "" once it ended or is a zombie: a process listed a moment
+    ago (an agent's command, a sandbox's) may be either by now (psutil.ZombieProcess)."""
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:
+        return ""
+
+
 def _is_ray_system(proc: psutil.Process) -> bool:
     try:
         text = " ".join(proc.cmdline()) or proc.name()

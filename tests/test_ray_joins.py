@@ -19,7 +19,7 @@ import pytest
 
 import ray_cluster
 from conftest import assert_exactly_once, read_results, shell_task, write_tasks
-from ray_cluster import _cli, communicate, descendants, ray_start_node
+from ray_cluster import _cli, command_of, communicate, descendants, ray_start_node
 
 # the module's fixtures: a cluster (made when a test first asks for it) and the leak check
 cluster, no_leaks = ray_cluster.cluster, ray_cluster.no_leaks
@@ -27,7 +27,7 @@ cluster, no_leaks = ray_cluster.cluster, ray_cluster.no_leaks
 
 def _raylet(node: subprocess.Popen) -> psutil.Process:
     raylets = [p for p in descendants(node) if p.name() == "raylet"]
-    assert len(raylets) == 1, [" ".join(p.cmdline())[:100] for p in descendants(node)]
+    assert len(raylets) == 1, [command_of(p)[:100] for p in descendants(node)]
     return raylets[0]
 
 

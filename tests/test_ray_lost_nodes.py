@@ -20,7 +20,7 @@ import pytest
 
 from conftest import ROOT, SHELL_TASKS, assert_exactly_once, live_descendants, read_results, shell_task, write_tasks
 from process_tree import sleeps_left
-from ray_cluster import _NODE, SHELL_IDS, _cli, cluster, communicate, no_leaks  # noqa: F401 - fixtures
+from ray_cluster import _NODE, SHELL_IDS, _cli, cluster, command_of, communicate, no_leaks  # noqa: F401 - fixtures
 
 
 @pytest.mark.slow
@@ -75,8 +75,8 @@ def test_every_pool_lost_exits_1_and_resume_finishes(cluster, tmp_path):
                                     if '"to": "leased"' in line}) >= 3:
             break  # every node's pool has served
         time.sleep(0.05)
-    pools = [p for p in live_descendants() if "ray::PoolActor" in " ".join(p.cmdline())]
-    assert len(pools) == 3, [" ".join(p.cmdline()) for p in pools]
+    pools = [p for p in live_descendants() if "ray::PoolActor" in command_of(p)]
+    assert len(pools) == 3, [command_of(p) for p in pools]
     for pool in pools:  # actors of this module's cluster
         pool.kill()
     _, stderr = proc.communicate(timeout=120)

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from conftest import assert_exactly_once, live_descendants
-from ray_cluster import SHELL_IDS, _cli, cluster, communicate, no_leaks  # noqa: F401 - fixtures
+from ray_cluster import SHELL_IDS, _cli, cluster, command_of, communicate, no_leaks  # noqa: F401 - fixtures
 
 #: the CLI, with progress lines every half second (no terminal: lines, not a bar) and pools
 #: that count the driver's calls for their stats, saying the count in the stats they give
@@ -72,8 +72,8 @@ def test_a_hung_pool_stalls_neither_the_run_nor_its_progress_and_no_pool_is_aske
         if events.exists() and '"to": "leased"' in events.read_text():
             break  # the pools serve: the run's workers lease again and again
         time.sleep(0.05)
-    pools = [p for p in live_descendants() if "ray::CountingPool" in " ".join(p.cmdline())]
-    assert proc.poll() is None and len(pools) == 3, [" ".join(p.cmdline()) for p in pools]
+    pools = [p for p in live_descendants() if "ray::CountingPool" in command_of(p)]
+    assert proc.poll() is None and len(pools) == 3, [command_of(p) for p in pools]
     stopped = pools[0]
     before = len(_progress_lines(run_dir / "run.log"))
     stopped.send_signal(signal.SIGSTOP)

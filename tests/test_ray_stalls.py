@@ -21,14 +21,14 @@ import psutil
 import pytest
 
 from conftest import leftover_sandboxes, read_results
-from ray_cluster import cluster, no_leaks, shell_engine, turns  # noqa: F401 - fixtures
+from ray_cluster import cluster, command_of, no_leaks, shell_engine, turns  # noqa: F401 - fixtures
 
 
 def _pool_actor_beside(worker_pid: int) -> psutil.Process:
     """The pool actor of the node a worker actor runs on: a child of the same raylet."""
     raylet = psutil.Process(worker_pid).parent()
-    pools = [p for p in raylet.children() if "ray::PoolActor" in " ".join(p.cmdline())]
-    assert len(pools) == 1, [" ".join(p.cmdline()) for p in raylet.children()]
+    pools = [p for p in raylet.children() if "ray::PoolActor" in command_of(p)]
+    assert len(pools) == 1, [command_of(p) for p in raylet.children()]
     return pools[0]
 
 
