@@ -426,6 +426,12 @@ SLOW_CASE_PREFIXES = (
 #: tests that share what one machine has once, each group run by one pytest-xdist worker
 #: (``--dist loadgroup``): the providers' Docker daemon, images and VMs; the Ray clusters
 XDIST_GROUPS = (("tests/providers/", "providers"), ("tests/test_ray_", "ray"))
+#: test files under tests/providers/ of the process provider alone, which share none of that
+#: (no daemon, no image, no other provider's VM): each test goes wherever a worker is free, as
+#: any other test that boots process VMs does, and the providers' group (the run's longest
+#: work unit, one worker's for its whole time) is shorter by them
+PROCESS_PROVIDER_ONLY = tuple(f"tests/providers/{name}" for name in (
+    "test_process", "test_host_share.py", "test_halted.py", "test_machine_settings.py"))
 #: tests that must have the machine to themselves (marked ``exclusive``: ./dev test runs them
 #: after the others, one at a time): this host as a ``remote`` machine, whose shell checks
 #: refuse any link into /proc made in its /tmp during the attempt, another test's too (the
@@ -440,7 +446,8 @@ def xdist_scope(nodeid: str) -> str:
     """What one pytest-xdist worker runs together: a group of XDIST_GROUPS, the whole of a module
     that has a module-scoped fixture (a hostile table's run, a built wheel: built once, not once
     a worker and again whenever that worker's turn in the module is broken), else the test."""
-    group = next((name for start, name in XDIST_GROUPS if nodeid.startswith(start)), None)
+    group = None if nodeid.startswith(PROCESS_PROVIDER_ONLY) else \
+        next((name for start, name in XDIST_GROUPS if nodeid.startswith(start)), None)
     if group:
         return group
     module = nodeid.split("::", 1)[0]

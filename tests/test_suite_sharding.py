@@ -1,5 +1,5 @@
 """How ./dev test shares the suite out to its pytest-xdist workers (tests/conftest.py): the
-providers' tests on one worker, the Ray clusters' on one, a module with a module-scoped fixture
+providers' tests on one worker (but the process provider's own files), the Ray clusters' on one, a module with a module-scoped fixture
 whole on one, every other test wherever a worker is free. Driven through xdist's own scheduler
 with two stand-in workers that record what they are sent."""
 
@@ -67,3 +67,18 @@ def test_two_workers_are_sent_each_group_whole_and_the_rest_shared():
     assert sorted(nodeid for w in workers for nodeid in w.sent) == sorted(IDS)
     plain = [{nodeid for nodeid in w.sent if nodeid.startswith("tests/test_cli_conventions.py")} for w in workers]
     assert all(plain), "the tests of no group went to one worker only"
+
+
+def test_the_process_providers_own_tests_are_shared_out_like_any_other():
+    """The providers' group holds what its tests share once per machine (the Docker daemon,
+    the docker and QEMU images, tests of every provider); a test file of the process provider
+    alone shares none of it, so its tests go wherever a worker is free (a module-scoped
+    fixture's module whole), not onto the one worker of the group, the suite's longest."""
+    for module in ("test_process.py", "test_process_leftovers.py", "test_host_share.py",
+                   "test_halted.py", "test_machine_settings.py"):
+        nodeid = f"tests/providers/{module}::test_x[a]"
+        assert xdist_scope(nodeid) == nodeid
+    assert xdist_scope("tests/providers/test_process_fronts.py::test_x[a]") == "tests/providers/test_process_fronts.py"
+    for module in ("test_contract.py", "test_docker_snapshots.py", "test_qemu.py", "test_images.py",
+                   "test_hypervisors.py", "test_death_cause.py", "test_verify_machines.py"):
+        assert xdist_scope(f"tests/providers/{module}::test_x") == "providers"
