@@ -100,3 +100,26 @@ def test_an_empty_task_file_or_index_is_said_to_be_empty(tmp_path):
     assert "has no file" in said(done) and "Expecting value" not in said(done), said(done)
     small = run_cli("--data", str(folder), "--osworld-index", "test_small.json", "--dry-run", *MODEL_AGENT)
     assert f"{folder}/test_small.json:1: the file is empty; an OSWorld index is a JSON object" in said(small), said(small)
+
+
+TASK = sorted((EXAMPLES / "examples" / "os").glob("*.json"))[0]
+
+
+@pytest.mark.parametrize("data, extra, told", [
+    (EXAMPLES / "examples", (), f"give the folder that holds it and its indexes as --test_config_base_dir: "
+                                f"--test_config_base_dir {EXAMPLES}"),
+    (EXAMPLES / "test_all.json", (), "give its folder as --test_config_base_dir and it as --osworld-index: "
+                                     f"--test_config_base_dir {EXAMPLES} --osworld-index test_all.json"),
+    (TASK, (), f"give the task set's folder (--test_config_base_dir {EXAMPLES})"),
+    (TASK, ("--domain", "os"), "--domain os applies to an OSWorld folder given as --test_config_base_dir"),
+    (EXAMPLES.parent / "nowhere", ("--domain", "os"),
+     f"{EXAMPLES.parent / 'nowhere'}: no such folder (--test_config_base_dir: the task set's folder"),
+], ids=["examples/", "an index", "a task file", "a task file and --domain", "no such folder"])
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry run", "run"])
+def test_a_run_py_line_one_level_off_names_test_config_base_dir_as_typed(data, extra, told, dry_run):
+    """OSWorld's run.py line with --test_config_base_dir at the wrong level was told what to give
+    as '--data', a flag it never typed (README: errors name a flag as it was typed)."""
+    done = run_cli("--test_config_base_dir", str(data), *extra, *(["--dry-run"] if dry_run else []), *MODEL_AGENT,
+                   "--model", "m", "--result_dir", str(EXAMPLES.parent / "never-made"))
+    assert done.returncode == EXIT_USAGE, said(done)
+    assert told in said(done) and "--data" not in said(done), said(done)

@@ -64,6 +64,8 @@ from click.core import ParameterSource
 
 from .config import RunConfig, build_config
 from .errors import ConfigError, InterruptedBeforeStart, ProviderUnavailable, RunLocked, VMError, raise_interrupted
+from .cli_aliases import said_as_typed
+from .config_checks import TYPED
 from .cli_options import (ENV_PREFIX, Gate, LazyHelpOption, RegistryOption, RunCommand, TypedFlagsCommand,
                           dataset_help, env_var_name, given_as, help_sections, invoked_as, name_variables_after_flags,
                           typed_sources)
@@ -351,6 +353,7 @@ def _run(ctx: click.Context, config_file: str | None, dry_run: bool, print_confi
     }
     console_logging(verbose - quiet)
     runner = None
+    typed = ctx.meta.get(TYPED, {})
     try:
         from_env = {name: f"from the environment variable {env_var_name(ctx, param)}"
                     for param in ctx.command.params if (name := param.name) in explicit
@@ -377,7 +380,7 @@ def _run(ctx: click.Context, config_file: str | None, dry_run: bool, print_confi
             if found.census:  # a task file that does not load has none: no line, not an empty one
                 say("\n".join(found.census))
             if not found.ok:
-                say(found.problem_report(), err=True)
+                say(said_as_typed(found.problem_report(), typed), err=True)
                 sys.exit(EXIT_USAGE)
             return
         from .pool.providers import orphans
@@ -395,6 +398,8 @@ def _run(ctx: click.Context, config_file: str | None, dry_run: bool, print_confi
         # not a usage error: the same command succeeds once the other run is done
         say(f"Error: {exc}", err=True)
         sys.exit(EXIT_LOCKED)
+    except ConfigError as exc:  # the core says --data: an OSWorld script typed --test_config_base_dir
+        raise ConfigError(said_as_typed(str(exc), typed)) from None
     say(format_summary(outcome.summary, outcome.run_dir))
     if outcome.message:
         say(outcome.message, err=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import click
 
@@ -56,6 +57,24 @@ OSWORLD_REFUSED = {
     # its message is _one_task_advice's, which names the task and its domain
     "--specific_task_id": "",
 }
+
+
+#: the flags of this CLI whose messages say them as the user typed them (``said_as_typed``): those
+#: whose OSWorld spelling reads its value the same (not --test_all_meta_path, a path from the
+#: current folder, where --osworld-index reads a bare name from the --data folder)
+SAID_AS_TYPED = ("--data",)
+#: a quoted text in a message (a task's command, 'curl --data x'): said as it is
+_QUOTED = r"""(?<!\w)'[^'\n]*'(?!\w)|(?<!\w)"[^"\n]*"(?!\w)"""
+
+
+def said_as_typed(message: str, typed: dict[str, str]) -> str:
+    """``message`` of the core, which says ``--data``, with that flag as the user typed it,
+    ``typed`` (``translate_osworld_flags``' second value): ``--test_config_base_dir``."""
+    for flag in SAID_AS_TYPED:
+        if flag in typed:
+            message = re.sub(rf"{_QUOTED}|(?<![\w-]){flag}(?![\w-])",
+                             lambda found: found.group(0) if found.group(0)[0] in "'\"" else typed[flag], message)
+    return message
 
 
 def translate_osworld_flags(args: list[str], aliases: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:

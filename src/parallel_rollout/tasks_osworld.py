@@ -114,7 +114,8 @@ def missing_data(path: Path, osworld: bool) -> str:
     folder = ("the task set's folder, examples/ beside test_all.json, or the checkout that holds it; a relative "
               f"path is from the current folder, {Path.cwd()}")
     if osworld:
-        return f"{path}: no such folder (--data, OSWorld's --test_config_base_dir: {folder})"
+        # --data as typed (cli_aliases.said_as_typed): OSWorld's --test_config_base_dir for its users
+        return f"{path}: no such folder (--data: {folder})"
     return (f"{path}: no such task file or folder; --data takes {DATA_KINDS}. A task file is named with its "
             f"suffix (.json, .jsonl, .parquet); an OSWorld folder, which runs as --mode osworld, is {folder}")
 
