@@ -77,6 +77,16 @@ class UnsupportedTask(ValueError):
         super().__init__("unsupported: " + ", ".join(self.features))
 
 
+class MissingField(ValueError):
+    """A field the mode needs that the task lacks (``envs.base.require``'s refusal), with
+    ``kinds``, what it must be: the loader says it of a field given as null, which reads as
+    not given, in the words of its kind ("must be a string, got null")."""
+
+    def __init__(self, name: str, kinds: tuple[type, ...]) -> None:
+        self.name, self.kinds = name, kinds
+        super().__init__(f"missing field {name!r}")
+
+
 @dataclass(frozen=True)
 class Unsupported:
     """One task left out of a run, with every feature that keeps it out."""
@@ -256,7 +266,7 @@ def _mode_hint(refused: list[Any], default_mode: str | None, validators: Validat
 
     def takes(validate: Callable[[Mapping[str, Any]], None], raw: Mapping[str, Any]) -> bool:
         try:
-            validate({k: v for k, v in raw.items() if k not in CORE_FIELDS})
+            validate(_given(raw, None)[0])
         except Exception:  # noqa: BLE001 - any refusal: not this mode's task
             return False
         return True
@@ -293,7 +303,7 @@ def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Vali
     if len(task_id) > 200 or task_id in (".", "..") or any(c in task_id for c in "\\\0\n"):
         raise TaskFileError(f"{where}: field {id_field!r} must be 1-200 characters without \\ or newlines, "
                             "not . or ..")
-    mode = raw.get("mode", default_mode)
+    mode = default_mode if raw.get("mode") is None else raw["mode"]  # null: not given, as each field's
     if mode is None:
         raise TaskFileError(f"{where}: task {task_id!r} has no 'mode' and no --mode was given")
     if not isinstance(mode, str) or mode not in validators:
@@ -306,19 +316,35 @@ def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Vali
     seed = raw.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise TaskFileError(f"{where}: task {task_id!r}: field 'seed' must be an integer, got {as_written(seed)}")
-    tags = raw.get("tags", [])
+    tags = [] if raw.get("tags") is None else raw["tags"]
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise TaskFileError(f"{where}: task {task_id!r}: field 'tags' must be a list of strings, got {as_written(tags)}")
-    payload = {k: v for k, v in raw.items() if k not in CORE_FIELDS}
+    payload, nulls = _given(raw, getattr(validators, "fields", lambda mode: None)(mode))
     task = Task(id=task_id, mode=mode, payload=payload, seed=seed, tags=tuple(tags), source=where)
     try:
         validators[mode](payload)
     except UnsupportedTask as exc:
         exc.task = task
         raise
+    except MissingField as exc:
+        if exc.name not in nulls:
+            raise TaskFileError(f"{where}: task {task_id!r}: {exc}") from None
+        raise TaskFileError(f"{where}: task {task_id!r}: field {exc.name!r} must be {kinds_said(exc.kinds)}, got "
+                            f"null: null reads as not given, and {mode} tasks need it") from None
     except (ValueError, TypeError) as exc:
         raise TaskFileError(f"{where}: task {task_id!r}: {exc}") from None
     return task
+
+
+def _given(raw: Mapping[str, Any], fields: Container[str] | None) -> tuple[dict[str, Any], set[str]]:
+    """A record's payload without the fields given as null that the mode reads (``fields``;
+    None: a mode that declares none, whose every field may be one), and those fields' names.
+    Datasets' exports (HuggingFace's ``to_json``, pandas, a Parquet column) write null for a
+    field a record lacks: it takes the mode's default, as a field left out does. Another
+    column's null is the dataset's own value, kept for the agent as it is."""
+    nulls = {name for name, value in raw.items()
+             if value is None and name not in CORE_FIELDS and (fields is None or name in fields)}
+    return {k: v for k, v in raw.items() if k not in CORE_FIELDS and k not in nulls}, nulls
 
 
 def safe_name(task_id: str) -> str:

@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, ContextManager, Mapping, Protocol
 
 from ..task_json import kinds_said, value_said
+from ..tasks import MissingField
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -233,11 +234,11 @@ def require(payload: Mapping[str, Any], name: str, kind: type | tuple[type, ...]
     """Raise ValueError unless ``payload[name]`` exists (or is optional) and has type ``kind``,
     said in the task file's words ("field 'evaluator' must be an object, got a list"): JSON's
     true and false are no number, though Python's bool is an int."""
+    kinds = kind if isinstance(kind, tuple) else (kind,)
     if name not in payload:
         if optional:
             return
-        raise ValueError(f"missing field {name!r}")
-    kinds = kind if isinstance(kind, tuple) else (kind,)
+        raise MissingField(name, kinds)
     value = payload[name]
     if not isinstance(value, kinds) or isinstance(value, bool) and bool not in kinds:
         raise ValueError(f"field {name!r} must be {kinds_said(kinds)}, got {value_said(value)}")

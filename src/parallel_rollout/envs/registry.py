@@ -77,9 +77,14 @@ class _Validators(Mapping):
         if mode not in MODES:
             raise KeyError(mode)
         env = get_env(mode)
-        if env.task_fields is None:
-            return env.validate_task
-        return functools.partial(_known_fields, env, env.task_fields | self.also)
+        fields = self.fields(mode)
+        return env.validate_task if fields is None else functools.partial(_known_fields, env, fields)
+
+    def fields(self, mode: str) -> frozenset[str] | None:
+        """The fields a task of ``mode`` is read by: the mode's and the agent's; None for a
+        mode that declares none (``task_fields`` None: osworld, a plugin's)."""
+        env = get_env(mode)
+        return None if env.task_fields is None else env.task_fields | self.also
 
     def __contains__(self, mode: object) -> bool:
         return mode in MODES
@@ -90,10 +95,9 @@ class _Validators(Mapping):
         separators (``TIMEOUT``, ``timeLimitS``, ``time-limit-s``, ``SEED``), which the task
         lacks: a typo's refusal (``_known_fields``) does not see those, and the task would
         run without the field. Kept as the task's own data all the same (a load warns)."""
-        env = get_env(mode)
-        if env.task_fields is None:
+        fields = self.fields(mode)
+        if fields is None:
             return []
-        fields = env.task_fields | self.also
         known = [*CORE_FIELDS, *sorted(fields)]
         by_form = {_form(name): name for name in known}
         found = []
