@@ -57,6 +57,12 @@ WRONG_KINDS = {
     "lake-size-fraction": ({**_LAKE, "size": 4.5}, "field 'size' must be a whole number, got 4.5"),
     "lake-size-false": ({**_LAKE, "size": False}, "field 'size' must be a whole number, got false"),
     "lake-desc-object": ({**_LAKE, "desc": {"row": "SFFG"}}, "field 'desc' must be a list, got an object"),
+    # the loader's own fields said Python's words: 'must be an integer, got "7"', 'got ["a", 1]'
+    "seed-string": (shell_task("s", seed="7"), "field 'seed' must be a whole number, got a string"),
+    "seed-fraction": (shell_task("s", seed=1.5), "field 'seed' must be a whole number, got 1.5"),
+    "seed-true": (shell_task("s", seed=True), "field 'seed' must be a whole number, got true"),
+    "tags-string": (shell_task("s", tags="files"), "field 'tags' must be a list of strings, got a string"),
+    "tags-number-item": (shell_task("s", tags=["a", 1]), "field 'tags' must be a list of strings; its item 2 is 1"),
 }
 
 

@@ -1,8 +1,8 @@
 """One task file's JSON as a run can keep it: ``parse_json`` reads a file or a line and
 refuses, naming ``file:line``, what ``results.jsonl`` could not store (a number JSON does not
 have, a number past float or Python's digit limit, text with a lone surrogate); a syntax
-error says its line and column; ``as_written``, ``kinds_said``, ``value_said`` and ``kind_of``
-say a field's value and kinds in the file's words, JSON's (``JSON_WORDS``, one table of them). Shared by the task loaders (``tasks.py``,
+error says its line and column; ``as_written``, ``kinds_said``, ``value_said``, ``kind_of`` and
+``not_strings`` say a field's value and kinds in the file's words, JSON's (``JSON_WORDS``, one table of them). Shared by the task loaders (``tasks.py``,
 ``tasks_osworld.py``) and the modes' field checks (``envs.base.require``, OSWorld's rule and step checks).
 """
 
@@ -153,3 +153,10 @@ def value_said(value: Any) -> str:
     if isinstance(value, numbers.Number):
         return reprlib.repr(value)
     return JSON_WORDS.get(type(value), type(value).__name__)
+
+
+def not_strings(name: str, items: list) -> str | None:
+    """Why field ``name``'s list is no list of strings, naming its first item that is none
+    ("field 'tags' must be a list of strings; its item 2 is 1"), else None."""
+    index, item = next(((n, i) for n, i in enumerate(items, start=1) if not isinstance(i, str)), (0, ""))
+    return f"field {name!r} must be a list of strings; its item {index} is {value_said(item)}" if index else None

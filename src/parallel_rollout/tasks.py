@@ -20,7 +20,7 @@ from typing import Any, Callable, Container, Iterable, Mapping
 
 from .errors import ModeConflict, TaskFileError
 from .task_files import file_kind, file_records, resolve_data
-from .task_json import as_written, kinds_said, value_said
+from .task_json import kinds_said, not_strings, value_said
 from .tasks_osworld import DEFAULT_INDEX, folder_records, missing_data
 from .tasks_parquet import parquet_records
 
@@ -315,10 +315,13 @@ def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Vali
         raise ModeConflict(f"{where}: task {task_id!r} has mode {mode!r} but {mode_said}")
     seed = raw.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise TaskFileError(f"{where}: task {task_id!r}: field 'seed' must be an integer, got {as_written(seed)}")
+        raise TaskFileError(f"{where}: task {task_id!r}: field 'seed' must be {kinds_said((int,))}, "
+                            f"got {value_said(seed)}")
     tags = [] if raw.get("tags") is None else raw["tags"]
-    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-        raise TaskFileError(f"{where}: task {task_id!r}: field 'tags' must be a list of strings, got {as_written(tags)}")
+    fault = not_strings("tags", tags) if isinstance(tags, list) else \
+        f"field 'tags' must be a list of strings, got {value_said(tags)}"
+    if fault:
+        raise TaskFileError(f"{where}: task {task_id!r}: {fault}")
     payload, nulls = _given(raw, getattr(validators, "fields", lambda mode: None)(mode))
     task = Task(id=task_id, mode=mode, payload=payload, seed=seed, tags=tuple(tags), source=where)
     try:

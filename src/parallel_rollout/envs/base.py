@@ -12,7 +12,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, ContextManager, Mapping, Protocol
 
-from ..task_json import kinds_said, value_said
+from ..task_json import kinds_said, not_strings, value_said
 from ..tasks import MissingField
 
 if TYPE_CHECKING:
@@ -266,9 +266,9 @@ def require_str_list(payload: Mapping[str, Any], name: str, *, optional: bool = 
     """Raise ValueError unless ``payload[name]`` is a list of strings, naming the first item
     that is none (a shell task's ``"setup": ["true", 5]`` said only "must be a list of strings")."""
     require(payload, name, list, optional=optional)
-    for index, item in enumerate(payload.get(name, []), start=1):
-        if not isinstance(item, str):
-            raise ValueError(f"field {name!r} must be a list of strings; its item {index} is {value_said(item)}")
+    fault = not_strings(name, payload.get(name, []))
+    if fault:
+        raise ValueError(fault)
 
 
 def reject_none(action: Any, takes: str) -> None:
