@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from conftest import shell_task, write_tasks
+from conftest import read_results, shell_task, write_tasks
 from parallel_rollout.cli import main
 from parallel_rollout.exit_codes import EXIT_USAGE
 from test_osworld_taskset import osworld_folder
@@ -119,3 +119,15 @@ def test_a_parquet_column_null_in_some_rows_reads_as_not_given(tmp_path):
     code, said = _dry_run(data, "--mode", "shell")
     assert code == 0, said
     assert "runnable 2 of 2 tasks" in said, said
+
+
+def test_a_shell_task_with_its_optional_fields_null_runs_with_their_defaults(tmp_path):
+    """Not only loaded: the run reads each null as its default (no setup, the default timeout,
+    the VM's processes reaped), and the oracle's task succeeds."""
+    task = shell_task("a", setup=None, timeout=None, reap=None, tags=None, seed=None)
+    data = write_tasks(tmp_path / "tasks.jsonl", [task])
+    out = tmp_path / "out"
+    done = CliRunner().invoke(main, ["--data", str(data), "--output-dir", str(out), "--run-id", "r", "--no-progress"])
+    assert done.exit_code == 0, done.output
+    [record] = read_results(out / "r")
+    assert (record["status"], record["reward"], record["tags"]) == ("success", 1.0, []), record
