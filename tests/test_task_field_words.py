@@ -57,6 +57,11 @@ WRONG_KINDS = {
     "lake-size-fraction": ({**_LAKE, "size": 4.5}, "field 'size' must be a whole number, got 4.5"),
     "lake-size-false": ({**_LAKE, "size": False}, "field 'size' must be a whole number, got false"),
     "lake-desc-object": ({**_LAKE, "desc": {"row": "SFFG"}}, "field 'desc' must be a list, got an object"),
+    # Sokoban's said Python's: "got '2'", "got True"
+    "sokoban-num_boxes-string": ({**_LAKE, "game": "Sokoban", "num_boxes": "2"},
+                                 "field 'num_boxes' must be a whole number, got a string"),
+    "sokoban-format_penalty-true": ({**_LAKE, "game": "Sokoban", "format_penalty": True},
+                                    "field 'format_penalty' must be a number, got true"),
     # the loader's own fields said Python's words: 'must be an integer, got "7"', 'got ["a", 1]'
     "seed-string": (shell_task("s", seed="7"), "field 'seed' must be a whole number, got a string"),
     "seed-fraction": (shell_task("s", seed=1.5), "field 'seed' must be a whole number, got 1.5"),

@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+from .base import require
 from .sokoban_planner import MOVES, plan
 from .sokoban_rooms import generate_room
 
@@ -259,15 +260,11 @@ def validate(payload: Mapping[str, Any]) -> None:
             raise ValueError(f"field {name!r} is a FrozenLake field; a Sokoban task takes room, dim_room, "
                              "num_boxes, search_depth, max_steps, grid_vocab, grid_lookup and format_penalty")
     for name in ("num_boxes", "search_depth", "max_steps"):
-        value = payload.get(name)
-        if name in payload and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ValueError(f"field {name!r} must be a whole number, got {value!r}")
+        require(payload, name, int, optional=True)
     for name, least in (("num_boxes", 1), ("search_depth", 3), ("max_steps", 1)):
         if payload.get(name, least) < least:
             raise ValueError(f"field {name!r} must be at least {least}, got {payload[name]}")
-    penalty = payload.get("format_penalty", 0.0)
-    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)):
-        raise ValueError(f"field 'format_penalty' must be a number, got {penalty!r}")
+    require(payload, "format_penalty", (int, float), optional=True)
     if "grid_vocab" in payload or "grid_lookup" in payload:
         _check_vocab(payload.get("grid_vocab", {}), payload.get("grid_lookup", {}))
     if "room" in payload:
