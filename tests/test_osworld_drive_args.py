@@ -60,18 +60,18 @@ MISTAKES = {
     "args-one-over": (DRIVE, _drive(lambda operation, args: args.append({"path": ["Reports"]})),
                       f"{_STEP} 'args' has 2 object(s) for 1 operation(s): give one per operation, in its order"),
     "args-not-an-object": (MKDIRS, _drive(lambda operation, args: args.__setitem__(1, "meetings")),
-                           f"{_STEP} 'args'[1] (mkdirs) is 'meetings', a string: give an object with 'path'"),
+                           f"{_STEP} 'args'[1] (mkdirs) is \"meetings\", a string: give an object with 'path'"),
     "operation-after-upload": (
         UPLOAD, _drive(lambda operation, args: (operation.append("mkdirs"), args.append({"path": ["later"]}))),
         f"{_STEP} 'operation'[2] (mkdirs) follows an upload, which ends the step (as OSWorld's does): it would "
         "never run"),
     # OSWorld's upload never reads its path as folders (its check of a list always fails)
     "upload-into-folders": (UPLOAD, _drive(lambda operation, args: args[1].update(path=["Invoices", "invoice.pdf"])),
-                            f"{_STEP} 'args'[1] (upload) 'path' is ['Invoices', 'invoice.pdf'], a list: give {_NAME}"),
+                            f"{_STEP} 'args'[1] (upload) 'path' is [\"Invoices\", \"invoice.pdf\"], a list: give {_NAME}"),
     "upload-no-name": (UPLOAD, _drive(lambda operation, args: args[1].update(path=[])),
                        f"{_STEP} 'args'[1] (upload) 'path' is [], a list: give {_NAME}"),
     "args-an-object": (DRIVE, _set(0, args={"query": "title = 'emails'"}),
-                       f"{_STEP} 'args' is {{'query': \"title = 'emails'\"}}, an object: give a list of objects, one "
+                       f"{_STEP} 'args' is {{\"query\": \"title = 'emails'\"}}, an object: give a list of objects, one "
                        "per operation"),
 }
 

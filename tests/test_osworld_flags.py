@@ -52,7 +52,7 @@ def test_a_string_other_than_true_for_a_flag_is_refused_at_load(tmp_path):
 #: a getter's flag given what surely is no flag, though it reads as one in OSWorld too
 OF_ANOTHER_KIND = {
     "multi-list": (IMAGES, lambda ev: ev["expected"].update(multi=[False]),
-                   "evaluator expected getter 'cloud_file' of metric 'compare_image_list' has 'multi' [False], a list, "
+                   "evaluator expected getter 'cloud_file' of metric 'compare_image_list' has 'multi' [false], a list, "
                    "which reads as true (a list or an object reads as true unless empty, as in OSWorld): give true or "
                    "false"),
     "shell-2": (SCRIPT, lambda ev: ev["result"].update(shell=2),

@@ -28,13 +28,13 @@ _AUDIO = "evaluator result getter 'audio_in_slide' of metric 'compare_audios' ha
 
 #: task id -> (the real task it breaks, the break, what the refusal says after "task 'ID': ")
 MISTAKES = {
-    "timeout-word": (SINGLE, _in("result", timeout="abc"), f"{_COMMAND} 'abc', a string: {_SECONDS}"),
-    "timeout-string": (SINGLE, _in("result", timeout="30"), f"{_COMMAND} '30', a string: {_SECONDS}"),
+    "timeout-word": (SINGLE, _in("result", timeout="abc"), f"{_COMMAND} \"abc\", a string: {_SECONDS}"),
+    "timeout-string": (SINGLE, _in("result", timeout="30"), f"{_COMMAND} \"30\", a string: {_SECONDS}"),
     "timeout-negative": (SINGLE, _in("result", timeout=-5), f"{_COMMAND} -5, a number: {_SECONDS}"),
     "timeout-null": (SINGLE, _in("result", timeout=None), f"{_COMMAND} null: {_SECONDS}"),
     "timeout-huge": (SINGLE, _in("result", timeout=10**400), f"{_COMMAND} {str(10**400)[:57]}..., a number: {_SECONDS}"),
     "slide-fraction": (SLIDE, _in("result", slide_index=1.5), f"{_AUDIO} 1.5, a number: {_SLIDE_NUMBER}"),
-    "slide-fraction-text": (SLIDE, _in("result", slide_index="1.5"), f"{_AUDIO} '1.5', a string: {_SLIDE_NUMBER}"),
+    "slide-fraction-text": (SLIDE, _in("result", slide_index="1.5"), f"{_AUDIO} \"1.5\", a string: {_SLIDE_NUMBER}"),
     "slide-negative": (SLIDE, _in("result", slide_index=-1), f"{_AUDIO} -1, a number: {_SLIDE_NUMBER}"),
     "slide-true": (SLIDE, _in("result", slide_index=True), f"{_AUDIO} true, a boolean: {_SLIDE_NUMBER}"),
     "slide-list": (SLIDE, _in("result", slide_index=[0]), f"{_AUDIO} [0], a list: {_SLIDE_NUMBER}"),

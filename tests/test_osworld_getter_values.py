@@ -38,8 +38,8 @@ def _in(role: str, **keys):
 MISTAKES = {
     "vm-file-path-list": (
         TABLE, _in("result", path=["/home/user/a.xlsx", "/home/user/b.xlsx"]),
-        "evaluator result getter 'vm_file' of metric 'compare_table' has 'path' ['/home/user/a.xlsx', "
-        f"'/home/user/b.xlsx'], a list: give a string {_ONE}"),
+        "evaluator result getter 'vm_file' of metric 'compare_table' has 'path' [\"/home/user/a.xlsx\", "
+        f"\"/home/user/b.xlsx\"], a list: give a string {_ONE}"),
     "cloud-file-dest-number": (
         TABLE, _in("expected", dest=1),
         "evaluator expected getter 'cloud_file' of metric 'compare_table' has 'dest' 1, a number: give a string "
@@ -52,23 +52,23 @@ MISTAKES = {
                        f"evaluator result getter 'vm_command_line' of metric 'exact_match' has 'command' 5, a number: "
                        f"{_COMMAND}"),
     "command-empty": (SINGLE, _in("result", command=""),
-                      f"evaluator result getter 'vm_command_line' of metric 'exact_match' has 'command' '', a string: "
+                      f"evaluator result getter 'vm_command_line' of metric 'exact_match' has 'command' \"\", a string: "
                       f"{_COMMAND}"),
     "vlc-config-dest-list": (VLC, _in("result", dest=["vlcrc"]),
-                             "evaluator result getter 'vlc_config' of metric 'check_qt_bgcone' has 'dest' ['vlcrc'], a "
+                             "evaluator result getter 'vlc_config' of metric 'check_qt_bgcone' has 'dest' [\"vlcrc\"], a "
                              "list: give a string"),
     "drive-path-string": (DRIVE_PATH, _in("result", path="meetings/Meeting-Agenda.pdf"),
                           "evaluator result getter 'googledrive_file' of metric 'compare_pdfs' has 'path' "
-                          "'meetings/Meeting-Agenda.pdf', a string: give a list of strings"),
+                          "\"meetings/Meeting-Agenda.pdf\", a string: give a list of strings"),
     "drive-dest-list": (DRIVE_PATH, _in("result", dest=["Meeting-Agenda.pdf"]),
                         "evaluator result getter 'googledrive_file' of metric 'compare_pdfs' has 'dest' "
-                        "['Meeting-Agenda.pdf'], a list: give a string (the one file's name)"),
+                        "[\"Meeting-Agenda.pdf\"], a list: give a string (the one file's name)"),
     "drive-dest-one-short": (DRIVE_LIST, lambda evaluator: evaluator["result"]["dest"].pop(),
                              "evaluator result getter 'googledrive_file' of metric 'check_thunderbird_folder' has "
                              "'dest' ['pred1.eml'], and it must be a list of 2 names, one per file of its list"),
     "drive-path-list-flat": (DRIVE_LIST, _in("result", path_list=["emails", "receipt.eml"]),
                              "evaluator result getter 'googledrive_file' of metric 'check_thunderbird_folder' has "
-                             "'path_list' ['emails', 'receipt.eml'], a list: give a list of lists of strings, one per "
+                             "'path_list' [\"emails\", \"receipt.eml\"], a list: give a list of lists of strings, one per "
                              "file"),
 }
 

@@ -41,26 +41,26 @@ def _options(**options):
 MISTAKES = {
     "tabstops-word-count-string": (
         TABSTOPS, _options(word_number_split_by_tabstop="3"),
-        "evaluator metric 'check_tabstops': its option 'word_number_split_by_tabstop' is '3', a string: give a whole "
+        "evaluator metric 'check_tabstops': its option 'word_number_split_by_tabstop' is \"3\", a string: give a whole "
         "number"),
     "tabstops-index-fraction": (TABSTOPS, _options(index=0.5),
                                 "evaluator metric 'check_tabstops': its option 'index' is 0.5, a number: give a whole "
                                 "number"),
     "literal-type-string": (LITERAL, _options(type="string"),
-                            "evaluator metric 'literal_match': its option 'type' is 'string', a string: give one of "
+                            "evaluator metric 'literal_match': its option 'type' is \"string\", a string: give one of "
                             "'str' or 'list'"),
     "references-base-string": (REFERENCES, _options(reference_base_result="0.6"),
-                               "evaluator metric 'compare_references': its option 'reference_base_result' is '0.6', a "
+                               "evaluator metric 'compare_references': its option 'reference_base_result' is \"0.6\", a "
                                "string: give a number"),
     "pptx-tolerance-null": (PPTX, _options(approximately_tolerance=None),
                             "evaluator metric 'compare_pptx_files': its option 'approximately_tolerance' is null: give "
                             "a number"),
     "videos-frames-string": (VIDEOS, _options(max_frames_to_check="100"),
-                             "evaluator metric 'compare_videos': its option 'max_frames_to_check' is '100', a string: "
+                             "evaluator metric 'compare_videos': its option 'max_frames_to_check' is \"100\", a string: "
                              "give a whole number"),
     "docx-ignore-case-list": (
         DOCX, _options(ignore_case=[False]),
-        "evaluator metric 'compare_docx_files': its option 'ignore_case' is [False], a list, which reads as true (a "
+        "evaluator metric 'compare_docx_files': its option 'ignore_case' is [false], a list, which reads as true (a "
         "list or an object reads as true unless empty, as in OSWorld): give true or false"),
     "pptx-examine-shape-2": (
         PPTX, _options(examine_shape=2),

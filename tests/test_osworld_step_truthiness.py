@@ -63,17 +63,17 @@ MISTAKES = {
         f"config step 1 (execute): parameter 'shell' is [], a list, which reads as false {_LIST}"),
     "launch-shell-list-of-false": (
         LAUNCH, _set(2, shell=[False]),
-        f"config step 3 (launch): parameter 'shell' is [False], a list, which reads as true {_LIST}"),
+        f"config step 3 (launch): parameter 'shell' is [false], a list, which reads as true {_LIST}"),
     "activate-strict-object": (
         ACTIVATE, _set(0, "postconfig", strict={"value": False}),
-        f"evaluator postconfig step 1 (activate_window): parameter 'strict' is {{'value': False}}, an object, which "
+        f"evaluator postconfig step 1 (activate_window): parameter 'strict' is {{\"value\": false}}, an object, which "
         f"reads as true {_LIST}"),
     "close-by-class-2": (CLOSE, _set(0, "postconfig", by_class=2),
                          f"evaluator postconfig step 1 (close_window): parameter 'by_class' is 2, a number, {_NUMBER}"),
     "execute-shell-minus-1": (EXECUTE, _set(0, shell=-1),
                               f"config step 1 (execute): parameter 'shell' is -1, a number, {_NUMBER}"),
     "drive-trash-list": (DRIVE, lambda task: task["config"][0]["parameters"]["args"][0].update(trash=[True]),
-                         f"config step 1 (googledrive): parameter 'args'[0] (delete) 'trash' is [True], a list, which reads as "
+                         f"config step 1 (googledrive): parameter 'args'[0] (delete) 'trash' is [true], a list, which reads as "
                          f"true {_LIST}"),
 }
 

@@ -54,67 +54,67 @@ def _pop_in_item(index: int, key: str, name: str):
 #: task id -> (the real task it breaks, the break, what the refusal says after "task 'ID': ")
 MISTAKES = {
     "sleep-string": (ACTIVATE, _set(1, "postconfig", seconds="5"),
-                     f"evaluator postconfig step 2 (sleep): parameter 'seconds' is '5', a string: {_SECONDS}"),
+                     f"evaluator postconfig step 2 (sleep): parameter 'seconds' is \"5\", a string: {_SECONDS}"),
     "sleep-negative": (ACTIVATE, _set(3, "postconfig", seconds=-1),
                        f"evaluator postconfig step 4 (sleep): parameter 'seconds' is -1, a number: {_SECONDS}"),
     "sleep-past-a-wait": (ACTIVATE, _set(3, "postconfig", seconds=1e300),
                           f"evaluator postconfig step 4 (sleep): parameter 'seconds' is 1e+300, a number: {_SECONDS}"),
     "execute-timeout-string": (EXECUTE, _set(0, timeout="30"),
-                               f"config step 1 (execute): parameter 'timeout' is '30', a string: {_SECONDS}"),
+                               f"config step 1 (execute): parameter 'timeout' is \"30\", a string: {_SECONDS}"),
     "execute-command-number": (EXECUTE, _set(1, command=5),
                                f"config step 2 (execute): parameter 'command' is 5, a number: {_COMMAND}"),
     "execute-command-list-of-number": (
         ACTIVATE, _set(2, "postconfig", command=["sleep", 3]),
-        f"evaluator postconfig step 3 (execute): parameter 'command' is ['sleep', 3], a list: {_COMMAND}"),
+        f"evaluator postconfig step 3 (execute): parameter 'command' is [\"sleep\", 3], a list: {_COMMAND}"),
     "launch-command-empty": (LAUNCH, _set(2, command=[]),
                              f"config step 3 (launch): parameter 'command' is [], a list: {_COMMAND}"),
     "execute-stdout-true": (EXECUTE, _set(0, stdout=True),
                             "config step 1 (execute): parameter 'stdout' is true, a boolean: give a string"),
     "execute-until-string": (EXECUTE, _set(0, until="done"),
-                             "config step 1 (execute): parameter 'until' is 'done', a string: give an object with "
+                             "config step 1 (execute): parameter 'until' is \"done\", a string: give an object with "
                              "'returncode', 'stdout' or 'stderr'"),
     "execute-until-returncode-string": (
         EXECUTE, _set(0, until={"returncode": "0"}),
-        "config step 1 (execute): parameter 'until' 'returncode' is '0', a string: give a whole number"),
+        "config step 1 (execute): parameter 'until' 'returncode' is \"0\", a string: give a whole number"),
     "open-path-list": (ACTIVATE, _set(1, path=["/home/user/a.xlsx"]),
-                       "config step 2 (open): parameter 'path' is ['/home/user/a.xlsx'], a list: give a string"),
+                       "config step 2 (open): parameter 'path' is [\"/home/user/a.xlsx\"], a list: give a string"),
     "open-timeout-null": (ACTIVATE, _set(1, timeout=None),
                           f"config step 2 (open): parameter 'timeout' is null: {_SECONDS}"),
     "download-files-object": (ACTIVATE, _set(0, files={"url": "a.xlsx", "path": "/home/user/a.xlsx"}),
-                              "config step 1 (download): parameter 'files' is {'url': 'a.xlsx', 'path': "
-                              "'/home/user/a.xlsx'}, an object: give a list of objects, each with 'url' and 'path'"),
+                              "config step 1 (download): parameter 'files' is {\"url\": \"a.xlsx\", \"path\": "
+                              "\"/home/user/a.xlsx\"}, an object: give a list of objects, each with 'url' and 'path'"),
     "download-url-number": (ACTIVATE, _in_item(0, "files", url=3),
                             "config step 1 (download): parameter 'files'[0] 'url' is 3, a number: give a string"),
     "download-no-path": (ACTIVATE, _pop_in_item(0, "files", "path"),
                          "config step 1 (download): parameter 'files'[0] needs the key 'path'"),
     "upload-local-path-list": (ACTIVATE, _upload([{"local_path": ["a.xlsx"], "path": "/home/user/a.xlsx"}]),
-                               "config step 1 (upload_file): parameter 'files'[0] 'local_path' is ['a.xlsx'], a list: "
+                               "config step 1 (upload_file): parameter 'files'[0] 'local_path' is [\"a.xlsx\"], a list: "
                                "give a string"),
     "upload-file-string": (ACTIVATE, _upload(["a.xlsx"]),
-                           "config step 1 (upload_file): parameter 'files'[0] is 'a.xlsx', a string: give an object "
+                           "config step 1 (upload_file): parameter 'files'[0] is \"a.xlsx\", a string: give an object "
                            "with 'local_path' and 'path'"),
     "open-tabs-string": (TABS, _set(2, urls_to_open="https://www.airbnb.com"),
-                         "config step 3 (chrome_open_tabs): parameter 'urls_to_open' is 'https://www.airbnb.com', a "
+                         "config step 3 (chrome_open_tabs): parameter 'urls_to_open' is \"https://www.airbnb.com\", a "
                          "string: give a list of strings"),
     "close-tabs-null": (TABS, _set(3, urls_to_close=[None]),
-                        "config step 4 (chrome_close_tabs): parameter 'urls_to_close' is [None], a list: give a list "
+                        "config step 4 (chrome_close_tabs): parameter 'urls_to_close' is [null], a list: give a list "
                         "of strings"),
     "history-time-string": (HISTORY, _in_item(0, "history", visit_time_from_now_in_seconds="3600"),
                             "config step 1 (update_browse_history): parameter 'history'[0] "
-                            "'visit_time_from_now_in_seconds' is '3600', a string: give a number"),
+                            "'visit_time_from_now_in_seconds' is \"3600\", a string: give a number"),
     "activate-name-list": (ACTIVATE, _set(0, "postconfig", window_name=["a.xlsx"]),
-                           "evaluator postconfig step 1 (activate_window): parameter 'window_name' is ['a.xlsx'], a "
+                           "evaluator postconfig step 1 (activate_window): parameter 'window_name' is [\"a.xlsx\"], a "
                            "list: give a string"),
     "close-name-number": (CLOSE, _set(0, "postconfig", window_name=1),
                           "evaluator postconfig step 1 (close_window): parameter 'window_name' is 1, a number: give a "
                           "string"),
     "drive-operation-remove": (DRIVE, _set(0, operation=["remove"]),
-                               "config step 1 (googledrive): parameter 'operation' is ['remove'], a list: give a list "
+                               "config step 1 (googledrive): parameter 'operation' is [\"remove\"], a list: give a list "
                                "of 'delete', 'mkdirs' or 'upload'"),
     "drive-query-number": (DRIVE, _in_item(0, "args", query=1),
                            "config step 1 (googledrive): parameter 'args'[0] (delete) 'query' is 1, a number: give a string"),
     "login-platform-gmail": (DRIVE, _set(4, platform="gmail"),
-                             "config step 5 (login): parameter 'platform' is 'gmail', a string: give 'googledrive'"),
+                             "config step 5 (login): parameter 'platform' is \"gmail\", a string: give 'googledrive'"),
 }
 
 

@@ -8,8 +8,9 @@ for a ``download``'s ``files`` … A value of another kind failed only as the st
 the VM was leased and the steps before it done (``float("abc")``, a number as a path), or
 did what the task did not mean (an ``until``'s ``"returncode": "0"`` never equals the exit
 status: the command ran again until its timeout). A kind's :meth:`problem` says what follows
-``parameter 'NAME'`` in the refusal: ``is '30', a string: give a number of seconds, 0 or
-more``, or, in a list of objects, ``[0] 'url' is 3, a number: give a string``.
+``parameter 'NAME'`` in the refusal, the value as the task file writes it (JSON): ``is "30", a
+string: give a number of seconds, 0 or more``, or, in a list of objects, ``[0] 'url' is 3, a
+number: give a string``.
 
 A number given as a string (``"seconds": "2"``) is refused too, though ``float()`` here would
 read it: OSWorld's own controller hands it to ``time.sleep`` as is, which raises; its tasks
@@ -31,11 +32,11 @@ __all__ = ["COMMAND", "FLAG", "NUMBER", "SECONDS", "TEXT", "TEXTS", "WHOLE", "Ki
 
 
 def _shown(value: Any) -> str:
-    """A value as a refusal quotes it: Python's text of it (JSON's for true, false and null),
-    cut short, and its kind."""
+    """A value as a refusal quotes it: as the task file writes it, in JSON (``"5"``, ``["a"]``,
+    ``true``), cut short, and its kind; null alone."""
     if value is None:
         return "null"
-    text = json.dumps(value) if isinstance(value, bool) else repr(value)
+    text = json.dumps(value, ensure_ascii=False, default=str)
     return f"{text if len(text) <= 60 else text[:57] + '...'}, {kind_of(value)}"
 
 
