@@ -248,6 +248,44 @@ LEFTOVER_ROWS["rig_check_javac_processor"] = ([f"mkdir -p ~/.p && cat > ~/.p/P.j
                                                "javac -d ~ ~/.p/P.java && mkdir -p ~/META-INF/services"
                                                " && echo P > ~/META-INF/services/javax.annotation.processing.Processor"],
                                               JAVA_CHECK, False)
+#: java with no class path given (its source launcher, `java Check.java`, too) takes the current
+#: folder's, the home where a check starts, and loads the service providers its META-INF/services
+#: names: the answer's file system provider, loaded as the source launcher starts, halted the JVM
+#: with 0, and a check whose Check.java exits 3 passed; the java wrapper refuses (126) beside them
+FS_PROVIDER = """\
+import java.net.URI; import java.nio.channels.SeekableByteChannel; import java.nio.file.*;
+import java.nio.file.attribute.*; import java.nio.file.spi.FileSystemProvider; import java.util.*;
+public class F extends FileSystemProvider {
+    static { Runtime.getRuntime().halt(0); }
+    public String getScheme() { return "f"; }
+    public FileSystem newFileSystem(URI u, Map<String, ?> e) { return null; }
+    public FileSystem getFileSystem(URI u) { return null; }
+    public Path getPath(URI u) { return null; }
+    public SeekableByteChannel newByteChannel(Path p, Set<? extends OpenOption> o, FileAttribute<?>... a) { return null; }
+    public DirectoryStream<Path> newDirectoryStream(Path d, DirectoryStream.Filter<? super Path> f) { return null; }
+    public void createDirectory(Path d, FileAttribute<?>... a) { }
+    public void delete(Path p) { }
+    public void copy(Path s, Path t, CopyOption... o) { }
+    public void move(Path s, Path t, CopyOption... o) { }
+    public boolean isSameFile(Path a, Path b) { return false; }
+    public boolean isHidden(Path p) { return false; }
+    public FileStore getFileStore(Path p) { return null; }
+    public void checkAccess(Path p, AccessMode... m) { }
+    public <V extends FileAttributeView> V getFileAttributeView(Path p, Class<V> t, LinkOption... o) { return null; }
+    public <A extends BasicFileAttributes> A readAttributes(Path p, Class<A> t, LinkOption... o) { return null; }
+    public Map<String, Object> readAttributes(Path p, String a, LinkOption... o) { return null; }
+    public void setAttribute(Path p, String a, Object v, LinkOption... o) { }
+}
+"""
+JAVA_SOURCE_CHECK = ("d=$(mktemp -d) && printf 'public class Check { public static void main(String[] a) { System.exit(3); } }\\n'"
+                     " > $d/Check.java && java $d/Check.java")
+LEFTOVER_ROWS["rig_check_java_service_provider"] = (
+    [f"mkdir -p ~/.f && cat > ~/.f/F.java <<'EOF'\n{FS_PROVIDER}EOF\n",
+     "javac -d ~ ~/.f/F.java && mkdir -p ~/META-INF/services && echo F > ~/META-INF/services/java.nio.file.spi.FileSystemProvider"],
+    JAVA_SOURCE_CHECK, False)
+#: the same in a folder its user may enter but not list: the JVM opens the provider's file by name
+LEFTOVER_ROWS["rig_check_java_service_provider_unlisted"] = (
+    [*LEFTOVER_ROWS["rig_check_java_service_provider"][0], "chmod 111 ~/META-INF/services"], JAVA_SOURCE_CHECK, False)
 #: rows that cannot run as nobody (tests/test_hostile_answers.py's nobody table), with why
 LEFTOVER_NOT_AS_NOBODY = {row: "a tmux server started in a sandbox run as nobody exits at once "
                                "here ('server exited unexpectedly'): no check of it can pass"
@@ -265,7 +303,9 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_gnumakefile_link": "make", "rig_check_makefile_of_a_long_dir": "make",
                      "rig_check_recursive_make": "make", "rig_check_makefile_copied_with_its_times": "make",
                      "rig_check_makefile_dated_ahead": "make", "rig_check_makefile_of_two_names": "make",
-                     "rig_check_javac_processor": "javac", "rig_check_proverc": "prove", "rig_check_cmake_registry": "cmake"}
+                     "rig_check_javac_processor": "javac", "rig_check_java_service_provider": "java",
+                     "rig_check_java_service_provider_unlisted": "java",
+                     "rig_check_proverc": "prove", "rig_check_cmake_registry": "cmake"}
 LEFTOVER_PROGRAMS.update(PYTHON_PROGRAMS)
 LEFTOVER_PROGRAMS.update(BY_PATH_PROGRAMS)
 
@@ -318,13 +358,17 @@ LEFTOVER_HONEST = {"mvn": "d=$(mktemp -d) && mkdir $d/.mvn && echo -v > $d/.mvn/
                            " | grep -qx /opt/parallel-rollout/grading_bin/make",
                    # from the home, with no processor of the answer's there
                    "javac": JAVA_CHECK.replace("exit(3)", "exit(0)"),
+                   # from the home, with none of the answer's services there, then beside the check's own
+                   "java": JAVA_SOURCE_CHECK.replace("exit(3)", "exit(0)") + " && mkdir -p ~/META-INF/services"
+                           " && echo Nope > ~/META-INF/services/pr.None && java $d/Check.java",
                    "tmux": "tmux new-session -d -s h 'sleep 9' && tmux has-session -t h; r=$?; tmux kill-server; exit $r"}
 LEFTOVER_HONEST.update(PYTHON_HONEST)
 #: rows whose program cannot start where RLIMIT_AS bounds a VM (hostile_tasks.NEEDS_ADDRESS_SPACE)
 LEFTOVER_ADDRESS_SPACE = {
     **{row: "the JVM cannot start under RLIMIT_AS of 256 MB, a VM's memory bound "
             "without a memory cgroup (it reserves more address space for its code cache)"
-       for row in ("rig_check_mavenrc", "rig_check_mvn_config", "rig_check_javac_processor")},
+       for row in ("rig_check_mavenrc", "rig_check_mvn_config", "rig_check_javac_processor",
+                   "rig_check_java_service_provider", "rig_check_java_service_provider_unlisted")},
     "rig_check_node_child": "node cannot start under RLIMIT_AS of 256 MB, a VM's memory bound without a memory cgroup",
     **{row: "npm's node cannot start under RLIMIT_AS of 256 MB, a VM's memory bound without a memory cgroup"
        for row in ("rig_check_npmrc", "rig_check_npm_workspace", "rig_check_npmrc_from_home",

@@ -47,7 +47,7 @@ as bytecode alone in the stdlib's zip, which python reads first.
 
 Left as it is: a program whose real file is of another name (``vi`` of ``vim.basic``, psql of
 pg_wrapper, ``npm`` of ``npm-cli.js``: a multi-call program, or one an alternative names), one
-whose real file is outside ``/usr/bin`` and ``/bin`` (javac, mvn: they find their homes by their
+whose real file is outside ``/usr/bin`` and ``/bin`` (java, javac, mvn: they find their homes by their
 paths), one that finds its own files beside it (:data:`FINDS_ITSELF`), a hard link in an image's
 tarball, and python itself (the sitecustomize.py front leads a grading python to the rules; a
 front in python's place would move its ``sys.executable``).

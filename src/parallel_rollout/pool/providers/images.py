@@ -92,7 +92,7 @@ GUEST_SHIM_DIR = f"{GUEST_DIR}/shim"
 #: wrappers of programs as OSWorld's tasks start them (``sudo -S``, ``/usr/bin/vlc``,
 #: ``/usr/bin/thunderbird``): first on the PATH of a desktop guest (:func:`guest_path`)
 GUEST_SHIM_BIN = f"{GUEST_SHIM_DIR}/bin"
-#: wrappers of curl, jq, sqlite3, file, wget, psql, node, git, mvn, gdb, tmux, less, gpg, ImageMagick, ssh, vim, npm, pytest, valgrind, make, javac, prove and cmake,
+#: wrappers of curl, jq, sqlite3, file, wget, psql, node, git, mvn, gdb, tmux, less, gpg, ImageMagick, ssh, vim, npm, pytest, valgrind, make, javac, java, prove and cmake,
 #: first on a grading command's PATH in every guest (``guest/agent_grading.py``)
 GUEST_GRADING_BIN = f"{GUEST_DIR}/grading_bin"
 #: the PATH of a guest's agent and of the commands it runs
