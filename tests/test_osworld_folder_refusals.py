@@ -123,3 +123,19 @@ def test_a_run_py_line_one_level_off_names_test_config_base_dir_as_typed(data, e
                    "--model", "m", "--result_dir", str(EXAMPLES.parent / "never-made"))
     assert done.returncode == EXIT_USAGE, said(done)
     assert told in said(done) and "--data" not in said(done), said(done)
+
+
+@pytest.mark.parametrize("flag", ["--test_all_meta_path", "--osworld-index"])
+def test_a_missing_index_given_as_a_path_names_the_flag_as_typed(tmp_path, flag):
+    """`--test_all_meta_path missing.json` (a path from the current folder, made absolute) was
+    told "EXAMPLES: no index /tmp/…/missing.json": a file, but not the flag that named it."""
+    done = run_cli("--test_config_base_dir", str(EXAMPLES), flag, str(tmp_path / "missing.json"), "--dry-run",
+                   *MODEL_AGENT, cwd=tmp_path)
+    assert done.returncode == EXIT_USAGE, said(done)
+    assert f"{flag} {tmp_path / 'missing.json'}: no such file" in said(done), said(done)
+    assert f"indexes in {EXAMPLES}: test_all.json, test_infeasible.json" in said(done), said(done)
+    if flag == "--test_all_meta_path":
+        relative = run_cli("--test_config_base_dir", str(EXAMPLES), flag, "missing.json", *MODEL_AGENT, "--model", "m",
+                           cwd=tmp_path)
+        assert relative.returncode == EXIT_USAGE, said(relative)
+        assert f"{flag} {tmp_path / 'missing.json'}: no such file" in said(relative), said(relative)

@@ -59,20 +59,22 @@ OSWORLD_REFUSED = {
 }
 
 
-#: the flags of this CLI whose messages say them as the user typed them (``said_as_typed``): those
-#: whose OSWorld spelling reads its value the same (not --test_all_meta_path, a path from the
-#: current folder, where --osworld-index reads a bare name from the --data folder)
-SAID_AS_TYPED = ("--data",)
+#: the flags of this CLI that messages say as the user typed them (``said_as_typed``) -> where: as
+#: their OSWorld spelling reads the value the same, --data always, --osworld-index before an
+#: absolute path only (a bare name is the --data folder's there, the current folder's after
+#: --test_all_meta_path, whose value is made absolute)
+SAID_AS_TYPED = {"--data": "", "--osworld-index": "(?= /)"}
 #: a quoted text in a message (a task's command, 'curl --data x'): said as it is
 _QUOTED = r"""(?<!\w)'[^'\n]*'(?!\w)|(?<!\w)"[^"\n]*"(?!\w)"""
 
 
 def said_as_typed(message: str, typed: dict[str, str]) -> str:
     """``message`` of the core, which says ``--data``, with that flag as the user typed it,
-    ``typed`` (``translate_osworld_flags``' second value): ``--test_config_base_dir``."""
-    for flag in SAID_AS_TYPED:
+    ``typed`` (``translate_osworld_flags``' second value): ``--test_config_base_dir``; so
+    ``--osworld-index /path``, ``--test_all_meta_path /path``."""
+    for flag, before in SAID_AS_TYPED.items():
         if flag in typed:
-            message = re.sub(rf"{_QUOTED}|(?<![\w-]){flag}(?![\w-])",
+            message = re.sub(rf"{_QUOTED}|(?<![\w-]){flag}(?![\w-]){before}",
                              lambda found: found.group(0) if found.group(0)[0] in "'\"" else typed[flag], message)
     return message
 

@@ -85,12 +85,13 @@ def osworld_folder(folder: Path, index: str = DEFAULT_INDEX) -> tuple[Path, Path
     if not (folder / "examples").is_dir() and not index_files(folder) and not index_path.is_file():
         raise TaskFileError(_no_task_set(folder))
     if not index_path.is_file():
+        indexes = ", ".join(index_files(folder)) or "none"
+        if Path(index).is_absolute():  # a path the user gave (OSWorld's --test_all_meta_path is made one)
+            raise TaskFileError(f"--osworld-index {index_path}: no such file ({_LAYOUT}; indexes in {folder}: "
+                                f"{indexes})")
         # a bare name is the folder's: one in the current folder is read when its folder is written
-        here = "" if Path(index).is_absolute() or not Path(index).is_file() else \
-            f"; the current folder's {index} is read as --osworld-index ./{index}"
-        raise TaskFileError(
-            f"{folder}: no index {index_path if Path(index).is_absolute() else index} ({_LAYOUT}; "
-            f"indexes here: {', '.join(index_files(folder)) or 'none'}{here})")
+        here = "" if not Path(index).is_file() else f"; the current folder's {index} is read as --osworld-index ./{index}"
+        raise TaskFileError(f"{folder}: no index {index} ({_LAYOUT}; indexes here: {indexes}{here})")
     return folder, index_path
 
 
