@@ -32,14 +32,14 @@ _READS_TRUE = "a string, which reads as true (any string but \"\" does, as in OS
 #: task id -> (the real task it breaks, the break, what the refusal says after "task 'ID': ")
 MISTAKES = {
     "multi-false": (IMAGES, lambda ev: ev["expected"].update(multi="false"),
-                    f"evaluator expected getter 'cloud_file' of metric 'compare_image_list' has 'multi' 'false', "
+                    f"evaluator expected getter 'cloud_file' of metric 'compare_image_list' has 'multi' \"false\", "
                     f"{_READS_TRUE}"),
     "shell-no": (SCRIPT, lambda ev: ev["result"].update(shell="no"),
-                 f"evaluator result getter 'vm_command_line' of metric 'exact_match' has 'shell' 'no', {_READS_TRUE}"),
+                 f"evaluator result getter 'vm_command_line' of metric 'exact_match' has 'shell' \"no\", {_READS_TRUE}"),
     "ignore-case-false": (LITERAL, lambda ev: ev["options"].update(ignore_case="false"),
-                          f"evaluator metric 'literal_match': its option 'ignore_case' is 'false', {_READS_TRUE}"),
+                          f"evaluator metric 'literal_match': its option 'ignore_case' is \"false\", {_READS_TRUE}"),
     "examine-shape-false": (SLIDES, lambda ev: ev["options"].update(examine_shape="False"),
-                            "evaluator metric 'compare_pptx_files': its option 'examine_shape' is 'False', "
+                            "evaluator metric 'compare_pptx_files': its option 'examine_shape' is \"False\", "
                             f"{_READS_TRUE}"),
 }
 

@@ -65,7 +65,7 @@ MISTAKES = {
                         "[\"Meeting-Agenda.pdf\"], a list: give a string (the one file's name)"),
     "drive-dest-one-short": (DRIVE_LIST, lambda evaluator: evaluator["result"]["dest"].pop(),
                              "evaluator result getter 'googledrive_file' of metric 'check_thunderbird_folder' has "
-                             "'dest' ['pred1.eml'], and it must be a list of 2 names, one per file of its list"),
+                             "'dest' [\"pred1.eml\"], and it must be a list of 2 names, one per file of its list"),
     "drive-path-list-flat": (DRIVE_LIST, _in("result", path_list=["emails", "receipt.eml"]),
                              "evaluator result getter 'googledrive_file' of metric 'check_thunderbird_folder' has "
                              "'path_list' [\"emails\", \"receipt.eml\"], a list: give a list of lists of strings, one per "

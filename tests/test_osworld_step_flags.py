@@ -47,18 +47,18 @@ def _postconfig(index: int, **params):
 #: task id -> (the real task it breaks, the break, what the refusal says after "task 'ID': ")
 MISTAKES = {
     "execute-shell-false": (EXECUTE, _config(0, shell="false"),
-                            f"config step 1 (execute): parameter 'shell' is 'false', {_READS_TRUE}"),
+                            f"config step 1 (execute): parameter 'shell' is \"false\", {_READS_TRUE}"),
     "command-shell-no": (COMMAND, _config(0, shell="no"),
-                         f"config step 1 (command): parameter 'shell' is 'no', {_READS_TRUE}"),
+                         f"config step 1 (command): parameter 'shell' is \"no\", {_READS_TRUE}"),
     "launch-shell-False": (LAUNCH, _config(2, shell="False"),
-                           f"config step 3 (launch): parameter 'shell' is 'False', {_READS_TRUE}"),
+                           f"config step 3 (launch): parameter 'shell' is \"False\", {_READS_TRUE}"),
     "activate-strict-false": (ACTIVATE, _postconfig(0, strict="false"),
-                              f"evaluator postconfig step 1 (activate_window): parameter 'strict' is 'false', "
+                              f"evaluator postconfig step 1 (activate_window): parameter 'strict' is \"false\", "
                               f"{_READS_TRUE}"),
     "close-by-class-0": (CLOSE, _postconfig(0, by_class="0"),
-                         f"evaluator postconfig step 1 (close_window): parameter 'by_class' is '0', {_READS_TRUE}"),
+                         f"evaluator postconfig step 1 (close_window): parameter 'by_class' is \"0\", {_READS_TRUE}"),
     "drive-trash-false": (DRIVE, lambda task: task["config"][0]["parameters"]["args"][0].update(trash="false"),
-                          f"config step 1 (googledrive): parameter 'args'[0] (delete) 'trash' is 'false', {_READS_TRUE}"),
+                          f"config step 1 (googledrive): parameter 'args'[0] (delete) 'trash' is \"false\", {_READS_TRUE}"),
 }
 
 

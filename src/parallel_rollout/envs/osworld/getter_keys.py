@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...task_json import as_written
 from .rule_keys import unread_hint
 from .step_values import COMMAND, FLAG, NUMBER, SECONDS, TEXT, TEXTS, WHOLE, Kind
 
@@ -188,5 +189,5 @@ def _drive_dest_problem(getter: dict) -> str | None:
         return f"has 'dest' {problem.removeprefix('is ')} (the one file's name)" if problem else None
     files = getter.get("query_list") or getter.get("path_list")
     if isinstance(files, list) and not (TEXTS.test(dest) and len(dest) == len(files)):
-        return f"has 'dest' {dest!r}, and it must be a list of {len(files)} names, one per file of its list"
+        return f"has 'dest' {as_written(dest)}, and it must be a list of {len(files)} names, one per file of its list"
     return None

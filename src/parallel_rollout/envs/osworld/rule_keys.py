@@ -196,7 +196,7 @@ def flag_problem(value: Any) -> str | None:
     whatever it says, "false" too. OSWorld's own tasks write ``"multi": "true"`` and
     ``"shell": "true"``, meaning what they read as; "" reads as false and loads."""
     if isinstance(value, str) and value and value.lower() != "true":
-        return f"{value!r}, a string, which reads as true (any string but \"\" does, as in OSWorld): give true or false"
+        return f"{as_written(value)}, a string, which reads as true (any string but \"\" does, as in OSWorld): give true or false"
     return None
 
 
