@@ -426,13 +426,14 @@ def test_an_unknown_action_space_is_refused_before_anything_runs(tmp_path, where
 
 def test_specific_task_id_says_a_way_that_runs_that_task(tmp_path):
     """OSWorld's --specific_task_id is refused with the index to write; doing what it says
-    runs that one task (it said to give the task's file as --data, which is refused)."""
+    runs that one task (it said to give the task's file as --data, which is refused), the task
+    set's folder named by the flag typed (it said --data to a line of --test_config_base_dir)."""
     task_id = index_of("test_small.json")["os"][0]
     refused = run_cli("--test_config_base_dir", str(EXAMPLES), "--specific_task_id", task_id, "--dry-run")
     assert refused.returncode == EXIT_USAGE
     advice = said(refused)
     assert (f'to run one task, write {{"os": ["{task_id}"]}} to a file one.json and add --osworld-index '
-            "./one.json, with the task set's folder as --data") in advice, advice
+            "./one.json, with the task set's folder as --test_config_base_dir") in advice, advice
     (tmp_path / "one.json").write_text(advice.split("write ", 1)[1].split(" to a file", 1)[0])
     for data in (("--data", str(EXAMPLES)), ("--test_config_base_dir", str(EXAMPLES))):
         done = run_cli(*data, "--osworld-index", "./one.json", "--dry-run", *MODEL_AGENT, cwd=tmp_path)
@@ -440,7 +441,7 @@ def test_specific_task_id_says_a_way_that_runs_that_task(tmp_path):
         assert done.stdout.strip().splitlines()[-1] == "runnable 1 of 1 tasks"
     # the domain found wherever --data is given; a placeholder said when it is not
     late = run_cli("--specific_task_id", task_id, "--data", str(EXAMPLES.parent), "--dry-run")
-    assert f'write {{"os": ["{task_id}"]}}' in said(late), said(late)
+    assert f'write {{"os": ["{task_id}"]}}' in said(late) and "folder as --data;" in said(late), said(late)
     unknown = run_cli("--specific_task_id=nope", "--dry-run")
     assert ('write {"<domain>": ["nope"]} to a file one.json (<domain>: the folder of examples/ that holds '
             "the task's file)") in said(unknown), said(unknown)

@@ -90,6 +90,7 @@ def translate_osworld_flags(args: list[str], aliases: dict[str, str] | None = No
     data: str | None = None
     one_task: str | None = None
     has_data = False
+    data_flag = "--data"  # as typed, for the --specific_task_id advice
     rest = iter(args)
     for arg in rest:
         if arg == "--":
@@ -106,7 +107,7 @@ def translate_osworld_flags(args: list[str], aliases: dict[str, str] | None = No
         if flag.startswith("--"):
             typed[(aliases or {}).get(new or flag, new or flag)] = flag
         if flag in ("--data", "--test_config_base_dir"):  # kept as given, its value noted
-            has_data = True
+            has_data, data_flag = True, flag
             out.append(f"{new or flag}{eq}{value}")
             if not eq:
                 data = next(rest, None)
@@ -130,13 +131,13 @@ def translate_osworld_flags(args: list[str], aliases: dict[str, str] | None = No
         out.append(f"--data={data}")
     if one_task is not None:
         raise click.UsageError(f"--specific_task_id (OSWorld's run.py) has no equivalent here: "
-                               f"{_one_task_advice(one_task, data)}")
+                               f"{_one_task_advice(one_task, data, data_flag)}")
     return out, {flag: spelled for flag, spelled in typed.items() if spelled != flag}
 
 
-def _one_task_advice(task_id: str, data: str | None) -> str:
+def _one_task_advice(task_id: str, data: str | None, data_flag: str) -> str:
     """How to run one task of an OSWorld task set: an index of one's own that lists it, with
-    its domain when the task is found under ``data``'s examples/."""
+    its domain when the task is found under ``data``'s examples/ (given as ``data_flag``, as typed)."""
     from .tasks_osworld import task_domain
 
     domain = task_domain(data, task_id) if data and task_id else None
@@ -144,4 +145,4 @@ def _one_task_advice(task_id: str, data: str | None) -> str:
     where = "" if domain else " (<domain>: the folder of examples/ that holds the task's file)"
     # ./: a bare name is looked up in the --data folder, a path from here is read as it is
     return (f"to run one task, write {index} to a file one.json{where} and add --osworld-index ./one.json, "
-            "with the task set's folder as --data; --domain runs a whole domain")
+            f"with the task set's folder as {data_flag}; --domain runs a whole domain")
