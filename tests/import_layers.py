@@ -38,7 +38,7 @@ from pathlib import Path
 #: (``"engine.py"`` one file, ``"pool/"`` a whole package). A module may import modules of
 #: its own layer and of every layer below it.
 LAYERS: list[list[str]] = [
-    ["cli.py", "__main__.py", "cli_options.py", "cli_aliases.py", "cli_runs.py", "preflight.py", "api.py"],
+    ["cli.py", "__main__.py", "cli_options.py", "cli_aliases.py", "cli_runs.py", "cli_tools.py", "preflight.py", "api.py"],
     ["runner.py", "run_end.py", "run_folder.py", "rl/", "call_spelling.py", "honoured.py"],
     ["engine.py", "engine_cancels.py", "doorbell.py"],
     ["backends/"],

@@ -62,16 +62,16 @@ from typing import Any, Iterator
 import click
 from click.core import ParameterSource
 
-from .config import RunConfig, build_config
-from .errors import ConfigError, InterruptedBeforeStart, ProviderUnavailable, RunLocked, VMError, raise_interrupted
 from .cli_aliases import said_as_typed
+from .cli_options import (ENV_PREFIX, Gate, LazyHelpOption, RegistryOption, RunCommand, dataset_help,
+                          env_var_name, help_sections, invoked_as, name_variables_after_flags, typed_sources)
+from .cli_runs import compare_cmd, report_cmd, runs
+from .cli_tools import end_command, image, osworld_cache, vms
+from .config import RunConfig, build_config
 from .config_checks import TYPED
-from .cli_options import (ENV_PREFIX, Gate, LazyHelpOption, RegistryOption, RunCommand, TypedFlagsCommand,
-                          dataset_help, env_var_name, given_as, help_sections, invoked_as, name_variables_after_flags,
-                          typed_sources)
+from .errors import ConfigError, InterruptedBeforeStart, ProviderUnavailable, RunLocked, raise_interrupted
 from .exit_codes import EXIT_ABORTED, EXIT_INTERRUPTED, EXIT_LOCKED, EXIT_USAGE
 from .logs import console_logging, devnull_for_closed_streams, say, shown_on_stderr
-from .cli_runs import compare_cmd, report_cmd, runs
 
 _D = RunConfig()
 #: --max-turns when not given: each built-in mode's ``Env.default_max_turns`` (a test checks)
@@ -403,96 +403,13 @@ def _run(ctx: click.Context, config_file: str | None, dry_run: bool, print_confi
     say(format_summary(outcome.summary, outcome.run_dir))
     if outcome.message:
         say(outcome.message, err=True)
-    _end(outcome.exit_code)
+    end_command(outcome.exit_code)
 
 
-def _end(code: int) -> None:
-    """End the command with ``code``; at once when its Ray driver lost the head node (the
-    interpreter's end waits on it: ``ray_head.exit_if_stranded``)."""
-    ray_side = sys.modules.get("parallel_rollout.backends.ray_head")  # loaded by --backend ray only
-    if ray_side is not None:
-        ray_side.exit_if_stranded(code)
-    sys.exit(code)
-
-
-@main.group()
-def image() -> None:
-    """Build the guest images that VM providers boot (docker, qemu)."""
-
-
-@image.command("build", cls=TypedFlagsCommand)
-@click.option("--provider", "--provider-name", "provider_name", required=True, help="Whose image: docker or qemu.")
-@click.option("--force", is_flag=True, help="Rebuild even when a cached image exists.")
-@click.option("--desktop", is_flag=True,
-              help="The image of desktop modes (osworld): adds Xvfb, openbox, xterm, mousepad, "
-                   "pcmanfm, xdotool, wmctrl, ffmpeg, AT-SPI, LibreOffice (Writer, Calc, Impress), "
-                   "Chromium, GIMP, VLC, Thunderbird, ImageMagick and the programs OSWorld's tasks run "
-                   "(2.03 GB as a docker image).")
-@click.pass_context
-def image_build(ctx: click.Context, provider_name: str, force: bool, desktop: bool) -> None:
-    """Build the guest image (Debian from Debian's packages, python3, the guest agent) and cache it."""
-    from .pool.providers import get_provider
-
-    provider = get_provider(provider_name, given_as(ctx, "provider_name"))  # unknown: exit 2, as run's
-    try:
-        where = provider.build_image(
-            force=force, desktop=desktop, log=lambda line: say(line, err=True))
-    except ProviderUnavailable as exc:  # no daemon, debootstrap, root…: said as a run says it (2)
-        say(f"Error: {exc}", err=True)
-        sys.exit(EXIT_USAGE)
-    except VMError as exc:
-        raise click.ClickException(f"image build failed: {exc}") from None
-    say(where)
-
-
-@main.group()
-def vms() -> None:
-    """Inspect and clean up VMs."""
-
-
-@vms.command(cls=TypedFlagsCommand)
-@click.option("--provider-name", "--provider", default="process", show_default=True,
-              help="Which provider's VMs to sweep.")
-@click.option("--run-id", help="Only the VMs of this run (default: every run's); a live run's VMs are never removed.")
-@click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="local: this host; ray: every node of the Ray cluster.")
-@click.option("--ray-address", help="--backend ray: 'auto' or HOST:PORT (default: a local Ray instance).")
-@click.pass_context
-def sweep(ctx: click.Context, provider_name: str, run_id: str | None, backend: str, ray_address: str | None) -> None:
-    """Remove VMs (sandboxes, containers…) left behind by runs that were killed; the VMs of a
-    run that is still going stay."""
-    from .backends import sweep as sweep_vms
-
-    if ray_address is not None and backend != "ray":
-        raise ConfigError("--ray-address needs --backend ray")
-    try:
-        removed = sweep_vms(provider_name, run_id, backend, ray_address, said=given_as(ctx, "provider_name"))
-    except ProviderUnavailable as exc:
-        # no docker CLI or daemon: said as a run says it (2), not a traceback
-        say(f"Error: {exc}", err=True)
-        sys.exit(EXIT_USAGE)
-    except VMError as exc:  # a docker call that failed or hung, a Ray node or head: nothing swept for certain
-        say(f"Error: sweep failed: {exc}", err=True)
-        _end(EXIT_ABORTED)
-    say(f"removed {len(removed)} {provider_name} VM(s)" + (": " + ", ".join(removed) if removed else ""))
-
-
-@main.command("osworld-cache", add_help_option=False,
-              context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def osworld_cache(args: tuple[str, ...]) -> None:
-    """Fill or inspect OSWorld's download cache for a machine without internet: where URL,
-    put URL FILE, missing DATA [--index I] [--domain D] (osworld-cache --help)."""
-    from .envs.osworld.cache_tool import COMMAND, main as cache_main
-    from .provenance import program
-
-    sys.exit(cache_main(list(args), prog=f"{program()} {COMMAND}"))
-
-
-# the commands that read runs already written (cli_runs.py)
-main.add_command(report_cmd)
-main.add_command(compare_cmd)
-main.add_command(runs)
+# the commands that build images and clean VMs (cli_tools.py), and those that read runs
+# already written (cli_runs.py)
+for _command in (image, vms, osworld_cache, report_cmd, compare_cmd, runs):
+    main.add_command(_command)
 # PARALLEL_ROLLOUT_<COMMAND>_<FLAG> for every flag of them, named after the flag
 name_variables_after_flags(main)
 
