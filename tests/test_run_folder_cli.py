@@ -195,3 +195,44 @@ def test_a_new_run_under_another_limit_says_what_the_earlier_run_finished_of_its
     # the same --limit as the earlier run's: the note as it was
     said = " ".join(run("d", "--dry-run").output.split())
     assert "2 of 4 samples final: this one runs every sample again; --run-id a --resume goes on" in said, said
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
+@pytest.mark.parametrize("resume", [False, True], ids=["new", "resume"])
+def test_a_run_id_naming_another_programs_folder_is_refused_and_nothing_is_written_there(tmp_path, dry_run, resume):
+    """OSWorld's results under --result_dir: its pyautogui/screenshot/<model>/… is what
+    ``--run-id pyautogui`` names; the run wrote its files among them as "a new run folder"."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("t0")])
+    theirs = tmp_path / "out" / "r"
+    (theirs / "screenshot" / "gpt-4o" / "os" / "t0").mkdir(parents=True)
+    (theirs / "screenshot" / "gpt-4o" / "os" / "t0" / "result.txt").write_text("1.0\n")
+    before = sorted(str(path.relative_to(theirs)) for path in theirs.rglob("*"))
+    result = cli(tmp_path, data, *(["--resume"] if resume else []), *(["--dry-run"] if dry_run else []))
+    assert result.exit_code == 2, (result.output, result.exception)
+    said = " ".join(result.output.split())
+    assert f"{theirs} holds screenshot and no run's files" in said, said
+    assert "pick another --run-id or --output-dir" in said
+    assert sorted(str(path.relative_to(theirs)) for path in theirs.rglob("*")) == before
+
+
+def test_a_folder_a_run_left_with_its_log_alone_is_still_the_runs(tmp_path):
+    """A run stopped before its config.json (its run.log, trajectories/ there) is no stranger's."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("t0")])
+    ours = tmp_path / "out" / "r"
+    (ours / "trajectories").mkdir(parents=True)
+    (ours / "run.log").write_text("")
+    result = cli(tmp_path, data)
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert read_results(ours)[0]["status"] == "success"
+
+
+def test_osworlds_result_folder_is_refused_naming_result_dir_as_typed(tmp_path):
+    """A run.py line (``--result_dir``) whose --run-id names OSWorld's own pyautogui/ there."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("t0")])
+    (tmp_path / "results" / "pyautogui" / "screenshot").mkdir(parents=True)
+    result = CliRunner().invoke(main, ["--mode", "shell", "--data", str(data), "--result_dir",
+                                       str(tmp_path / "results"), "--run-id", "pyautogui", "--no-progress"])
+    assert result.exit_code == 2, (result.output, result.exception)
+    said = " ".join(result.output.split())
+    assert "holds screenshot and no run's files" in said and "pick another --run-id or --result_dir" in said, said
+    assert [path.name for path in (tmp_path / "results" / "pyautogui").iterdir()] == ["screenshot"]

@@ -30,11 +30,15 @@ from .output_checks import check_run_folder_writable
 from .provenance import SCHEMA_VERSION, check_resume, provenance, recorded_config
 from .records import sample_ends
 from .report.files import write_text_whole
+from .report.run_data import RUN_FILES
 from .results import ResultStore, ResumeIndex, StorageError, read_records
 from .run_lock import lock_run_folder, run_folder_locked
 from .run_end import read_summary
 
 log = logging.getLogger("parallel_rollout")
+
+#: what a run writes in its folder: one that holds other things and none of these is no run's
+RUN_WRITES = RUN_FILES | {"trajectories", "sessions.jsonl"}
 
 
 class RunFolder:
@@ -58,6 +62,7 @@ class RunFolder:
         this run's samples; ``model_recorded``: the agent takes the model settings, which
         config.json then records); config.json is written only once all of that passed."""
         cfg = self.config
+        self.check_ours()
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -96,6 +101,20 @@ class RunFolder:
                 raise ConfigError(f"cannot write in the run folder {self.run_dir}: {exc.strerror or exc}") from None
             raise
         return lock, store, index
+
+    def check_ours(self) -> None:
+        """ConfigError when the run folder is there and holds things of which none is a run's:
+        another program's folder, which the run would write among (OSWorld's results under
+        ``--result_dir``, whose ``pyautogui/`` a ``--run-id pyautogui`` names). Reads only."""
+        try:
+            names = sorted(entry.name for entry in self.run_dir.iterdir() if entry.name != ".lock")
+        except OSError:  # not there (a new run), or not a folder: the open says it
+            return
+        if names and not RUN_WRITES.intersection(names):
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            raise ConfigError(f"{self.run_dir} holds {shown} and no run's files (config.json, results.jsonl, "
+                              "run.log): it is no run folder, and the run would write among them; pick "
+                              "another --run-id or --output-dir")
 
     def check_resume(self) -> dict[str, Any] | None:
         """ConfigError unless the run folder may be (re)opened with this config: results there
@@ -161,6 +180,7 @@ class RunFolder:
         if self.run_dir.exists() and not self.run_dir.is_dir():
             raise ConfigError(f"--output-dir {self.config.output_dir}: {self.run_dir} is a file, not a folder")
         check_run_folder_writable(self.config.output_dir, self.run_dir)  # as opening it would
+        self.check_ours()
         self.check_resume()
         # not a problem of the settings: the same command goes on once that run has ended
         busy = ("; another run is writing to it now (its lock is held): the run would exit 75 until "
