@@ -104,7 +104,7 @@ class AgentExitsProvider(ProcessProvider):
 FAILED_BOOTS = {
     # killed a moment after bwrap starts: often before it has forked the namespace's init,
     # or before that init has set up --die-with-parent; many tries to hit every moment
-    "timeout": (ProcessProvider, 0.001, r"guest agent \(--boot-timeout-s 0\.001\)", 100),
+    "timeout": (ProcessProvider, 0.001, r"guest agent after --boot-timeout-s 0\.001s", 100),
     "agent-exits": (AgentExitsProvider, 10.0, "exited before it was ready", 3),
 }
 
