@@ -131,3 +131,37 @@ def test_a_shell_task_with_its_optional_fields_null_runs_with_their_defaults(tmp
     assert done.exit_code == 0, done.output
     [record] = read_results(out / "r")
     assert (record["status"], record["reward"], record["tags"]) == ("success", 1.0, []), record
+
+
+#: a task whose object field holds an optional field given as null (read as not given, as a
+#: top-level one is); each was refused before ("field 'answer' must be a string, got null")
+NESTED_OPTIONAL = {
+    "rag-reference.answer": (_RAG, "reference", {"queries": ["word"], "answer": None}),
+    "rag-reference.queries": (_RAG, "reference", {"queries": None, "answer": "reference"}),
+}
+
+
+@pytest.mark.parametrize("case", list(NESTED_OPTIONAL))
+def test_null_in_an_optional_nested_field_reads_as_not_given(tmp_path, case):
+    task, name, value = NESTED_OPTIONAL[case]
+    data = write_tasks(tmp_path / "tasks.jsonl", [{**task, name: value}])
+    code, said = _dry_run(data, "--mode", task["mode"])
+    assert code == 0, said
+    assert "runnable 1 of 1 tasks" in said, said
+
+
+def test_a_nested_fields_refusal_names_its_path(tmp_path):
+    """"field 'answer' must be a string" read as the task's top-level answer."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [{**_RAG, "reference": {"answer": 5}}])
+    code, said = _dry_run(data)
+    assert code == EXIT_USAGE, said
+    assert f"{data}:1: task 'word': field 'reference.answer' must be a string, got 5" in said, said
+
+
+def test_an_osworld_evaluators_null_postconfig_and_conj_read_as_not_given(tmp_path):
+    evaluator = {"func": "infeasible", "postconfig": None, "conj": None, "options": None}
+    folder = osworld_folder(tmp_path / "set", {"unset": {"domain": "os", "instruction": "x", "config": [],
+                                                         "evaluator": evaluator, "reference": ["FAIL"]}})
+    code, said = _dry_run(folder)
+    assert code == 0, said
+    assert "runnable 1 of 1 tasks" in said, said

@@ -322,7 +322,8 @@ def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Vali
         f"field 'tags' must be a list of strings, got {value_said(tags)}"
     if fault:
         raise TaskFileError(f"{where}: task {task_id!r}: {fault}")
-    payload, nulls = _given(raw, getattr(validators, "fields", lambda mode: None)(mode))
+    payload, nulls = _given(raw, getattr(validators, "fields", lambda mode: None)(mode),
+                            getattr(validators, "nested", lambda mode: {})(mode))
     task = Task(id=task_id, mode=mode, payload=payload, seed=seed, tags=tuple(tags), source=where)
     try:
         validators[mode](payload)
@@ -339,15 +340,23 @@ def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Vali
     return task
 
 
-def _given(raw: Mapping[str, Any], fields: Container[str] | None) -> tuple[dict[str, Any], set[str]]:
+def _given(raw: Mapping[str, Any], fields: Container[str] | None,
+           nested: Mapping[str, Container[str]] | None = None) -> tuple[dict[str, Any], set[str]]:
     """A record's payload without the fields given as null that the mode reads (``fields``;
     None: a mode that declares none, whose every field may be one), and those fields' names.
     Datasets' exports (HuggingFace's ``to_json``, pandas, a Parquet column) write null for a
     field a record lacks: it takes the mode's default, as a field left out does. Another
-    column's null is the dataset's own value, kept for the agent as it is."""
+    column's null is the dataset's own value, kept for the agent as it is. ``nested``: an
+    object field's optional fields (``Env.nested_fields``: rag's ``reference.answer``), whose
+    null is dropped the same way."""
     nulls = {name for name, value in raw.items()
              if value is None and name not in CORE_FIELDS and (fields is None or name in fields)}
-    return {k: v for k, v in raw.items() if k not in CORE_FIELDS and k not in nulls}, nulls
+    payload = {k: v for k, v in raw.items() if k not in CORE_FIELDS and k not in nulls}
+    for name, optional in (nested or {}).items():
+        if isinstance(payload.get(name), dict):
+            inner = {key for key, value in payload[name].items() if value is None and key in optional}
+            payload[name] = {k: v for k, v in payload[name].items() if k not in inner}
+    return payload, nulls
 
 
 def safe_name(task_id: str) -> str:

@@ -55,6 +55,9 @@ class Env(abc.ABC):
     #: task_id): the loader refuses any other, naming the closest; None accepts any (OSWorld's
     #: tasks carry many fields of their own, and so may a plugin's)
     task_fields: ClassVar[frozenset[str] | None] = None
+    #: object fields of the payload and their optional fields: one given as null reads as not
+    #: given, as a top-level field's null does (the loader drops it; rag's ``reference.answer``)
+    nested_fields: ClassVar[Mapping[str, frozenset[str]]] = MappingProxyType({})
     #: the payload fields that grade a task or solve it (its answer key: HumanEval's tests
     #: and canonical solution, a shell task's check and reference): no agent sees them but
     #: one trusted with them (``Agent.sees_answer_key``: the oracle), see ``agent_view``
@@ -230,18 +233,21 @@ def _shown(value: Any) -> str:
     return "None" if value is None else f"{type(value).__name__} {reprlib.repr(value)}"
 
 
-def require(payload: Mapping[str, Any], name: str, kind: type | tuple[type, ...], *, optional: bool = False) -> None:
+def require(payload: Mapping[str, Any], name: str, kind: type | tuple[type, ...], *, optional: bool = False,
+            within: str = "") -> None:
     """Raise ValueError unless ``payload[name]`` exists (or is optional) and has type ``kind``,
     said in the task file's words ("field 'evaluator' must be an object, got a list"): JSON's
-    true and false are no number, though Python's bool is an int."""
+    true and false are no number, though Python's bool is an int. ``within``: the object field
+    ``payload`` is, named in the path ("field 'reference.answer'", not the task's ``answer``)."""
     kinds = kind if isinstance(kind, tuple) else (kind,)
+    said = f"{within}.{name}" if within else name
     if name not in payload:
         if optional:
             return
-        raise MissingField(name, kinds)
+        raise MissingField(said, kinds)
     value = payload[name]
     if not isinstance(value, kinds) or isinstance(value, bool) and bool not in kinds:
-        raise ValueError(f"field {name!r} must be {kinds_said(kinds)}, got {value_said(value)}")
+        raise ValueError(f"field {said!r} must be {kinds_said(kinds)}, got {value_said(value)}")
 
 
 #: the longest wait a command's timeout can be: what a thread's wait, and so a subprocess's,
@@ -262,11 +268,11 @@ def require_seconds(payload: Mapping[str, Any], name: str) -> None:
                          f"(about 292 years, the longest wait a command takes)")
 
 
-def require_str_list(payload: Mapping[str, Any], name: str, *, optional: bool = True) -> None:
+def require_str_list(payload: Mapping[str, Any], name: str, *, optional: bool = True, within: str = "") -> None:
     """Raise ValueError unless ``payload[name]`` is a list of strings, naming the first item
     that is none (a shell task's ``"setup": ["true", 5]`` said only "must be a list of strings")."""
-    require(payload, name, list, optional=optional)
-    fault = not_strings(name, payload.get(name, []))
+    require(payload, name, list, optional=optional, within=within)
+    fault = not_strings(f"{within}.{name}" if within else name, payload.get(name, []))
     if fault:
         raise ValueError(fault)
 

@@ -86,6 +86,10 @@ class _Validators(Mapping):
         env = get_env(mode)
         return None if env.task_fields is None else env.task_fields | self.also
 
+    def nested(self, mode: str) -> Mapping[str, frozenset[str]]:
+        """The object fields of a task of ``mode`` and their optional fields (``nested_fields``)."""
+        return get_env(mode).nested_fields
+
     def __contains__(self, mode: object) -> bool:
         return mode in MODES
 

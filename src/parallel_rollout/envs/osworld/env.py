@@ -33,6 +33,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, ClassVar, Mapping
 
 from ...errors import GuestPrerequisiteMissing, TaskFileFault, TaskFileMissing, TaskSetupFailed, VMError
@@ -116,6 +117,7 @@ class OSWorldEnv(Env):
     default_max_turns = 15
     #: the evaluator's getters, metrics and expected values, and the reference actions
     answer_fields = frozenset({"evaluator", "reference"})
+    nested_fields = MappingProxyType({"evaluator": frozenset({"postconfig", "conj", "options"})})
     seed_is_secret = False  # nothing in an OSWorld episode draws on it
 
     # ------------------------------------------------------------------ tasks

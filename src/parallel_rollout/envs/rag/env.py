@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Mapping
 
 from ..base import Env, StepResult, reject_none, require, require_str_list
@@ -66,6 +67,7 @@ class RagEnv(Env):
     #: Search-R1's ``golden_answers``
     answer_fields = frozenset({"answers", "reference", "evidence", "answer", "golden_answers", "supporting_facts"})
     task_fields = frozenset({"question", "corpus"}) | answer_fields
+    nested_fields = MappingProxyType({"reference": frozenset({"queries", "answer"})})
     seed_is_secret = False  # nothing in a rag episode draws on it
 
     @staticmethod
@@ -80,8 +82,8 @@ class RagEnv(Env):
         require(payload, "corpus", str)
         require(payload, "reference", dict, optional=True)
         reference = payload.get("reference", {})
-        require_str_list(reference, "queries")
-        require(reference, "answer", str, optional=True)
+        require_str_list(reference, "queries", within="reference")
+        require(reference, "answer", str, optional=True, within="reference")
 
     @staticmethod
     def reference_actions(task) -> list[Any]:
