@@ -278,7 +278,7 @@ def test_rolls_own_grid_fields_draw_what_ours_draws(tmp_path, fields):
     ({"game": "Sokoban", "grid_lookup": {"7": "L"}}, "'grid_lookup' names '7'; the codes are 0-6: 0 wall"),
     ({"game": "Sokoban", "grid_lookup": {"0": "##"}}, "'grid_lookup': 'wall' must be one visible character"),
     ({"game": "Sokoban", "grid_lookup": {"0": "W"}, "grid_vocab": {"V": "wall"}},
-     "'grid_lookup' and 'grid_vocab' give 'wall' different symbols: 'W' and 'V'"),
+     "'grid_lookup' and 'grid_vocab' give 'wall' different symbols: \"W\" and \"V\""),
     ({"game": "Sokoban", "room": ["#@$.#", "#####"]}, "'room' must be enclosed"),
     ({"game": "Sokoban", "room": ["#####", "#@$_#", "#####"]}, "as many targets as boxes"),
     ({"game": "Sokoban", "room": ["#####", "#@$.#", "#####"], "num_boxes": 2}, "'num_boxes' is 2"),

@@ -39,6 +39,7 @@ import reprlib
 from collections import deque
 from typing import Any, Mapping
 
+from ..task_json import as_written
 from . import sokoban
 from .base import Env, StepResult, reject_none, require
 
@@ -161,7 +162,7 @@ class GymEnv(Env):
         """The game, the map fields and the rules."""
         game = payload.get("game", "FrozenLake")
         if game not in _GAMES:
-            raise ValueError(f"field 'game' must be one of {', '.join(_GAMES)}, got {game!r}")
+            raise ValueError(f"field 'game' must be one of {', '.join(_GAMES)}, got {as_written(game)}")
         if game == "Sokoban":
             sokoban.validate(payload)
             return
@@ -176,7 +177,7 @@ class GymEnv(Env):
         if "desc" in payload:
             _check_desc(payload["desc"])
         if "map_name" in payload and payload["map_name"] not in ("4x4", "8x8"):
-            raise ValueError(f"field 'map_name' must be 4x4 or 8x8, got {payload['map_name']!r}")
+            raise ValueError(f"field 'map_name' must be 4x4 or 8x8, got {as_written(payload['map_name'])}")
         if "size" in payload and payload["size"] not in _SIZES:
             raise ValueError(f"field 'size' must be {_SIZES.start}-{_SIZES.stop - 1}, got {payload['size']}")
         if "p" in payload and not 0 < payload["p"] <= 1:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+from ..task_json import as_written, value_said
 from .base import require
 from .sokoban_planner import MOVES, plan
 from .sokoban_rooms import generate_room
@@ -263,7 +264,7 @@ def validate(payload: Mapping[str, Any]) -> None:
         require(payload, name, int, optional=True)
     for name, least in (("num_boxes", 1), ("search_depth", 3), ("max_steps", 1)):
         if payload.get(name, least) < least:
-            raise ValueError(f"field {name!r} must be at least {least}, got {payload[name]}")
+            raise ValueError(f"field {name!r} must be at least {least}, got {value_said(payload[name])}")
     require(payload, "format_penalty", (int, float), optional=True)
     if "grid_vocab" in payload or "grid_lookup" in payload:
         _check_vocab(payload.get("grid_vocab", {}), payload.get("grid_lookup", {}))
@@ -273,7 +274,7 @@ def validate(payload: Mapping[str, Any]) -> None:
     dim = payload.get("dim_room", DEFAULTS["dim_room"])
     if (not isinstance(dim, list) or len(dim) != 2
             or not all(isinstance(n, int) and not isinstance(n, bool) and 3 <= n <= 30 for n in dim)):
-        raise ValueError(f"field 'dim_room' must be [rows, columns], each 3-30, got {dim!r}")
+        raise ValueError(f"field 'dim_room' must be [rows, columns], each 3-30, got {as_written(dim)}")
     boxes = payload.get("num_boxes", DEFAULTS["num_boxes"])
     inside = (dim[0] - 2) * (dim[1] - 2)
     if inside < boxes + 2:
@@ -299,12 +300,12 @@ def _check_vocab(vocab: Any, lookup: Any) -> None:
     clash = sorted(m for m in set(given) & set(from_lookup) if given[m] != from_lookup[m])
     if clash:
         raise ValueError(f"fields 'grid_lookup' and 'grid_vocab' give {clash[0]!r} different symbols: "
-                         f"{from_lookup[clash[0]]!r} and {given[clash[0]]!r}")
+                         f"{as_written(from_lookup[clash[0]])} and {as_written(given[clash[0]])}")
     merged = vocabulary({"grid_vocab": vocab, "grid_lookup": lookup})
     for meaning, symbol in merged.items():
         if not isinstance(symbol, str) or len(symbol) != 1 or symbol.isspace():
             field = "grid_vocab" if meaning in given else "grid_lookup"
-            raise ValueError(f"field '{field}': {meaning!r} must be one visible character, got {symbol!r}")
+            raise ValueError(f"field '{field}': {meaning!r} must be one visible character, got {as_written(symbol)}")
     if len(set(merged.values())) < len(merged):
         field = "grid_vocab" if given else "grid_lookup"
         raise ValueError(f"field '{field}' gives two meanings one symbol: {merged}")
