@@ -30,16 +30,17 @@ class UnknownField(ConfigError, TypeError):
     misspelt key and run()'s keyword are named (a ConfigError too)."""
 
 
-def check_keywords(cls: Any, keywords: Any) -> None:
+def check_keywords(cls: Any, keywords: Any, call: str = "") -> None:
     """UnknownField for the first of ``keywords`` that is no keyword of ``cls``'s ``__init__``
-    (a dataclass's: its fields), with the public one it misspells, if any."""
+    (a dataclass's: its fields), with the public one it misspells, if any; ``call``: the call
+    the user made, when another passes them on (``sibling()``), else ``cls()``."""
     names = _init_keywords(cls)
     for key in keywords:
         if key not in names:
             public = [name for name in names if not name.startswith("_")]
             close = closest_setting(key, public)
             close = close if close in public else None  # a gate's synonym is a run's setting only
-            raise UnknownField(f"{cls.__name__}() got an unexpected keyword argument {key!r}"
+            raise UnknownField(f"{call or cls.__name__ + '()'} got an unexpected keyword argument {key!r}"
                                + (f"; did you mean {close}?" if close else ""))
 
 

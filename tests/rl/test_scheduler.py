@@ -65,6 +65,13 @@ def test_fractional_ratio_and_bad_partition_are_refused(shared, sibling):
                                       num_groups_partition=[2, 1]))
 
 
+def test_a_siblings_misspelt_keyword_names_the_call_made(shared):
+    """It named ``RolloutScheduler()``, a call the trainer never made."""
+    with pytest.raises(ConfigError, match=r"^sibling\(\) got an unexpected keyword argument 'async_ratio'; "
+                                          r"did you mean async_generation_ratio\?"):
+        shared[0].sibling(EnvManagerConfig(tags=["FrozenLake"]), async_ratio=1)
+
+
 def test_an_unnamed_sibling_never_takes_a_name_a_trainer_gave(shared, sibling):
     """An unnamed sibling is named ``<maker>-sibling<k>``: one named so by the trainer first
     made every later unnamed sibling a ConfigError ("already runs (or ran)") that asked for a

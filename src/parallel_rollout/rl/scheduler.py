@@ -47,7 +47,7 @@ from ..config_checks import check_sampling
 from ..errors import ConfigError, RolloutError
 from ..main_guard import check_guarded
 from ..policy_gate import whole_number_from
-from ..setting_types import CheckedKeywords
+from ..setting_types import CheckedKeywords, check_keywords
 from .batches import ReadyBatches
 from .budget import BatchBudget, check_timeout
 from .callers import TakingTurns
@@ -217,6 +217,7 @@ class RolloutScheduler(CheckedKeywords, ChosenBatches, GroupGeneration, ReadyBat
         baseline evaluation). ``sampling``: its own overrides (e.g. ``{"temperature": 0}``);
         without it, this scheduler's. SchedulerClosed once this scheduler is closed."""
         self._check_open()
+        check_keywords(type(self), options, "sibling()")  # the call made, not the RolloutScheduler() it makes
         if (env_config.max_env_num_per_worker is not None
                 and env_config.max_env_num_per_worker != self._shared.engine.config.envs_per_worker):
             raise ConfigError(f"a sibling's max_env_num_per_worker ({env_config.max_env_num_per_worker}) must be "
