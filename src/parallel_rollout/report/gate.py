@@ -19,7 +19,6 @@ cannot be written is logged and the run's exit code stands.
 
 from __future__ import annotations
 
-import difflib
 import logging
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from .compare_html import write_compared
 from .files import CannotWrite
 from .html import write_report
 from .junit import write_junit
-from .run_data import RunData
+from .run_data import RunData, runs_near
 
 log = logging.getLogger("parallel_rollout")
 
@@ -128,12 +127,7 @@ def missing_baseline(config: Any) -> str:
         return ""
     if baseline.is_dir():
         return f"{baseline} holds no results.jsonl (no such run in --output-dir)"
-    try:  # a misspelt name: the runs it may have meant (this one is none of them)
-        runs = [item.name for item in Path(config.output_dir).iterdir()
-                if (item / "config.json").is_file() and item.name != config.run_id]
-    except OSError:
-        runs = []
-    near = difflib.get_close_matches(str(config.compare_to), runs, n=3, cutoff=0.6)
+    near = runs_near(config.output_dir, str(config.compare_to), config.run_id)  # a misspelt name's
     return f"{baseline}: no such run folder in --output-dir" + (f" (the nearest by name: {', '.join(near)})" if near else "")
 
 

@@ -9,6 +9,7 @@ as the results store does.
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 from dataclasses import dataclass, field
@@ -241,8 +242,23 @@ def resolve_run(ref: str | Path, output_dir: str | Path | None = None) -> Path:
             return candidate
     if path.exists():
         raise NotARunFolder(_a_file(path))
-    where = f" (nor {Path(output_dir) / str(ref)})" if output_dir is not None else ""
-    raise NotARunFolder(f"{ref}: no such run folder{where}")
+    by_id = output_dir is not None and "/" not in str(ref)
+    notes = [f"nor {Path(output_dir) / str(ref)}"] if by_id else []
+    near = runs_near(Path(output_dir) if by_id else path.parent, path.name)
+    notes += [f"the nearest by name: {', '.join(near)}"] if near else []
+    raise NotARunFolder(f"{ref}: no such run folder" + (f" ({'; '.join(notes)})" if notes else ""))
+
+
+def runs_near(folder: str | Path, name: str, leave_out: str | None = None) -> list[str]:
+    """The runs of ``folder`` (each a folder with its config.json) whose names are near
+    ``name``, the closest first: those a misspelt run id may have meant (``leave_out``: the
+    run that asks, which is none of them)."""
+    try:
+        runs = [item.name for item in Path(folder).iterdir()
+                if (item / "config.json").is_file() and item.name != leave_out]
+    except OSError:
+        runs = []
+    return difflib.get_close_matches(name, runs, n=3, cutoff=0.6)
 
 
 def _runs_inside(folder: Path, shown: int = 5) -> str:
