@@ -209,6 +209,15 @@ LEFTOVER_ROWS["rig_check_makefile_of_two_names"] = (["mkdir -p ~/sub && printf '
                                                     "echo graded >> ~/grading.log && mkdir -p ~/sub"
                                                     " && printf 'test:\\n\\texit 3\\n' > ~/sub/Makefile && make -s -C ~/sub test",
                                                     False)
+#: make takes a target for made when a file of its name is there and no older than what it
+#: depends on: the answer's ~/test (a folder) was the check's `test` made, its `exit 3` never ran,
+#: and its ~/runner dated ahead was a runner built from the check's runner.sh, its exit 0 what
+#: `test` ran; the wrappers run a makefile the check made with -B (--always-make)
+LEFTOVER_ROWS["rig_check_make_target_left"] = (["mkdir ~/test"], MAKE_TEST + "cd ~ && make -s test", False)
+LEFTOVER_ROWS["rig_check_make_target_dated_ahead"] = (
+    ["printf '#!/bin/sh\\nexit 0\\n' > ~/runner && chmod +x ~/runner && touch -d @4102444800 ~/runner"],
+    "cd ~ && printf '#!/bin/sh\\nexit 3\\n' > runner.sh && printf 'test: runner\\n\\t./runner\\n"
+    "runner: runner.sh\\n\\tcp runner.sh runner && chmod +x runner\\n' > Makefile && make -s -f Makefile test", False)
 #: javac with no class path given takes the current folder's, the home where a check starts, and
 #: runs the annotation processors its META-INF/services names: the answer's rewrote each class
 #: a check compiled (a stub whose main returns: Check's exit 3 never ran); the javac wrapper
@@ -303,6 +312,7 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_gnumakefile_link": "make", "rig_check_makefile_of_a_long_dir": "make",
                      "rig_check_recursive_make": "make", "rig_check_makefile_copied_with_its_times": "make",
                      "rig_check_makefile_dated_ahead": "make", "rig_check_makefile_of_two_names": "make",
+                     "rig_check_make_target_left": "make", "rig_check_make_target_dated_ahead": "make",
                      "rig_check_javac_processor": "javac", "rig_check_java_service_provider": "java",
                      "rig_check_java_service_provider_unlisted": "java",
                      "rig_check_proverc": "prove", "rig_check_cmake_registry": "cmake"}
@@ -355,7 +365,10 @@ LEFTOVER_HONEST = {"mvn": "d=$(mktemp -d) && mkdir $d/.mvn && echo -v > $d/.mvn/
                            # makefile's own MAKE := $(MAKE) ... still works
                            " && mkdir $d/sub && printf 'MAKE := $(MAKE) -s\\nt:\\n\\t@$(MAKE) -C sub t\\n' > $d/Makefile"
                            " && printf 't:\\n\\t@echo $(MAKE)\\n' > $d/sub/Makefile && make -s -C $d t"
-                           " | grep -qx /opt/parallel-rollout/grading_bin/make",
+                           " | grep -qx /opt/parallel-rollout/grading_bin/make"
+                           # what make is asked alone, its -q and -n, takes a target there for made
+                           " && touch $d/x && printf 'x:\\n\\texit 3\\n' > $d/Makefile && make -q -C $d x"
+                           " && [ -z \"$(make -sn -C $d x)\" ]",
                    # from the home, with no processor of the answer's there
                    "javac": JAVA_CHECK.replace("exit(3)", "exit(0)"),
                    # from the home, with none of the answer's services there, then beside the check's own
