@@ -214,6 +214,12 @@ LEFTOVER_ROWS["rig_check_makefile_of_two_names"] = (["mkdir -p ~/sub && printf '
 #: and its ~/runner dated ahead was a runner built from the check's runner.sh, its exit 0 what
 #: `test` ran; the wrappers run a makefile the check made with -B (--always-make)
 LEFTOVER_ROWS["rig_check_make_target_left"] = (["mkdir ~/test"], MAKE_TEST + "cd ~ && make -s test", False)
+#: the Makefile the check wrote, through a second name of the answer's file (a hard link) or a
+#: link to it, is the check's: it was taken for the answer's, run without -B
+LEFTOVER_ROWS["rig_check_make_target_left_two_names"] = (["mkdir ~/test && touch ~/mk && ln ~/mk ~/Makefile"],
+                                                         MAKE_TEST + "cd ~ && make -s test", False)
+LEFTOVER_ROWS["rig_check_make_target_left_link"] = (["mkdir ~/test && touch ~/mk && ln -s mk ~/Makefile"],
+                                                    MAKE_TEST + "cd ~ && make -s test", False)
 LEFTOVER_ROWS["rig_check_make_target_dated_ahead"] = (
     ["printf '#!/bin/sh\\nexit 0\\n' > ~/runner && chmod +x ~/runner && touch -d @4102444800 ~/runner"],
     "cd ~ && printf '#!/bin/sh\\nexit 3\\n' > runner.sh && printf 'test: runner\\n\\t./runner\\n"
@@ -313,6 +319,7 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_recursive_make": "make", "rig_check_makefile_copied_with_its_times": "make",
                      "rig_check_makefile_dated_ahead": "make", "rig_check_makefile_of_two_names": "make",
                      "rig_check_make_target_left": "make", "rig_check_make_target_dated_ahead": "make",
+                     "rig_check_make_target_left_two_names": "make", "rig_check_make_target_left_link": "make",
                      "rig_check_javac_processor": "javac", "rig_check_java_service_provider": "java",
                      "rig_check_java_service_provider_unlisted": "java",
                      "rig_check_proverc": "prove", "rig_check_cmake_registry": "cmake"}

@@ -28,7 +28,7 @@ ssh without ``~/.ssh/config``, vim without ``~/.vimrc`` and ``~/.vim`` (``--clea
 otherwise, ``/usr/bin/pytest`` or a program's ``pytest.main()``, judged alike by the wrappers'
 ``sitecustomize.py``, their folder first on ``PYTHONPATH`` too), valgrind not beside a ``.valgrindrc`` (no option turns it off), make not where it would read a
 ``GNUmakefile`` or ``makefile`` in place of the ``Makefile`` the check wrote (and with ``-B`` on a
-makefile the check made: no target taken for made from a file the graded code left), javac not beside
+makefile the check wrote: no target taken for made from a file the graded code left), javac not beside
 an annotation processor's ``META-INF/services`` file of its class path's current folder, java not
 beside a ``META-INF/services`` file there that the check did not make (a provider the JVM loads), a grading
 python importing a module the check wrote in the home or ``/tmp`` before the answer's package or
