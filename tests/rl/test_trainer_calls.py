@@ -230,6 +230,26 @@ def test_get_batch_behind_its_own_suspend_raises_and_a_timeout_says_the_gate_is_
         train.close()
 
 
+def test_a_timeout_behind_a_gate_shut_by_an_ended_thread_names_that_thread(engine):
+    """A weight-sync thread that suspended and died without resume() leaves the gate shut; the
+    BatchTimeout said only "suspended", and the warning naming the thread comes a minute after
+    the suspend, so a short timeout never told the trainer which thread to look at."""
+    base, _, _ = engine
+    train = base.sibling(EnvManagerConfig(num_env_groups=1, group_size=1, tags=["FrozenLake"]), name="orphaned")
+    try:
+        syncer = threading.Thread(target=train.suspend, name="weight-sync")
+        syncer.start()
+        syncer.join(30)
+        with pytest.raises(BatchTimeout, match=r"suspended by thread 'weight-sync', which has ended without "
+                                               r"resume\(policy_version\)"):
+            train.get_batch(1, step=0, timeout=0.5)
+        train.resume(train.policy_version)
+        assert len(train.get_batch(1, step=0, timeout=120)) == 1  # the group the timeout left is handed out
+    finally:
+        base.resume(base.policy_version)
+        train.close()
+
+
 def test_a_suspend_timeout_that_is_no_timeout_is_refused_and_changes_nothing(engine):
     """suspend(timeout="5") was taken: it shut the gate (and, with requests in flight, failed
     with a TypeError), so no model request went out until a resume; nan waited for ever,

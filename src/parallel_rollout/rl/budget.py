@@ -106,6 +106,7 @@ class BatchBudget:
         self._statuses: Counter[str] = Counter()
         #: the policy gate (``watch``), and its replies when the first of those groups failed
         self._gate = None
+        self._suspension = None
         self._replies_at_first = 0
         #: env loops that may send requests (``watch``); (replies, unanswered, when) at the
         #: last reply seen, where the silence count starts; the most requests seen in flight
@@ -180,12 +181,14 @@ class BatchBudget:
             error, self._settings = self._settings, None
             raise error
 
-    def watch(self, gate, loops: int = 1) -> None:
+    def watch(self, gate, loops: int = 1, suspension=None) -> None:
         """Read the model's replies off ``gate`` (a ``PolicyGate``): what tells an endpoint
         that is down from members that fail while it answers, and one that is silent
-        (``loops``: the env loops sending requests through it)."""
+        (``loops``: the env loops sending requests through it); ``suspension`` (a
+        ``Suspension``) names who shut it in a timeout's message."""
         self._gate = gate
         self._loops = max(1, loops)
+        self._suspension = suspension
 
     def group_failed(self, dropped: bool = False) -> None:
         """A group ended with nothing to hand out because members failed: every member did
@@ -295,7 +298,8 @@ class BatchBudget:
     def check_time(self, ready: int, running: int) -> None:
         """Raise ``BatchTimeout`` once this get_batch is past its timeout."""
         if self._deadline is not None and time.monotonic() > self._deadline:
-            shut = ("; the policy gate is suspended (suspend() without resume(): no model request goes out)"
+            who = self._suspension.said() if self._suspension is not None else ""
+            shut = (f"; the policy gate is suspended{who} (suspend() without resume(): no model request goes out)"
                     if self._gate is not None and not self._gate.is_open else "")
             raise BatchTimeout(f"get_batch timed out after {self._timeout:g}s with {ready} group(s) ready "
                                f"and {running} running{shut}; last failure: {self.last_failure or 'none'}")

@@ -51,6 +51,15 @@ class Suspension:
         with self._lock:
             self.by, self._since, self._warned_at = None, None, None
 
+    def said(self) -> str:
+        """Who shut the gate, for an error: `` by thread 'x'``, and whether it has ended
+        without resume() (then only another thread's resume opens it)."""
+        with self._lock:
+            by = self.by
+        if by is None:
+            return ""
+        return f" by thread {by.name!r}" + ("" if by.is_alive() else ", which has ended without resume(policy_version)")
+
     def state(self, gate_open: bool) -> dict[str, Any]:
         """``stats()``'s keys: suspended, suspended_since (epoch seconds), suspended_by (the
         thread's name), suspended_by_alive."""
