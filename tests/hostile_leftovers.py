@@ -220,6 +220,13 @@ LEFTOVER_ROWS["rig_check_make_target_left_two_names"] = (["mkdir ~/test && touch
                                                          MAKE_TEST + "cd ~ && make -s test", False)
 LEFTOVER_ROWS["rig_check_make_target_left_link"] = (["mkdir ~/test && touch ~/mk && ln -s mk ~/Makefile"],
                                                     MAKE_TEST + "cd ~ && make -s test", False)
+#: a Makefile that is a link to /dev/null took the check's write and was read empty: with no rule
+#: for it, the answer's ~/test was made, with -B too; the wrappers refuse (126) a makefile that
+#: leads to what is no file
+LEFTOVER_ROWS["rig_check_make_target_left_makefile_null"] = (["mkdir ~/test && ln -s /dev/null ~/Makefile"],
+                                                             MAKE_TEST + "cd ~ && make -s -f Makefile test", False)
+LEFTOVER_ROWS["rig_check_make_target_left_makefile_null_found"] = (["mkdir ~/test && ln -s /dev/null ~/Makefile"],
+                                                                   MAKE_TEST + "cd ~ && make -s test", False)
 LEFTOVER_ROWS["rig_check_make_target_dated_ahead"] = (
     ["printf '#!/bin/sh\\nexit 0\\n' > ~/runner && chmod +x ~/runner && touch -d @4102444800 ~/runner"],
     "cd ~ && printf '#!/bin/sh\\nexit 3\\n' > runner.sh && printf 'test: runner\\n\\t./runner\\n"
@@ -320,6 +327,7 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_makefile_dated_ahead": "make", "rig_check_makefile_of_two_names": "make",
                      "rig_check_make_target_left": "make", "rig_check_make_target_dated_ahead": "make",
                      "rig_check_make_target_left_two_names": "make", "rig_check_make_target_left_link": "make",
+                     "rig_check_make_target_left_makefile_null": "make", "rig_check_make_target_left_makefile_null_found": "make",
                      "rig_check_javac_processor": "javac", "rig_check_java_service_provider": "java",
                      "rig_check_java_service_provider_unlisted": "java",
                      "rig_check_proverc": "prove", "rig_check_cmake_registry": "cmake"}
