@@ -12,7 +12,8 @@ import pytest
 
 from held_replies import each_streamed, held, wait_until
 from llm_server import llm_server  # noqa: F401 - fixture
-from parallel_rollout.rl import EnvManagerConfig, generation
+from parallel_rollout.errors import RolloutError
+from parallel_rollout.rl import BatchTimeout, EnvManagerConfig, generation
 from rl_support import TINY, lake_set, rl_config
 from table_policy import TablePolicy
 
@@ -142,3 +143,37 @@ def test_max_version_lag_judges_a_retried_member_by_its_last_attempt_only(tmp_pa
     assert trajectory.policy_versions == [1, 2] and trajectory.status == "success"
     assert not trajectory.version_stale
     assert train.stats()["dropped_version_lag"] == 0
+
+
+def test_updates_faster_than_an_episode_end_get_batch_naming_max_version_lag(tmp_path, llm_server, schedulers):
+    """A weight-sync thread that updates more often than an episode lasts leaves no group within
+    max_version_lag=0: each was dropped and another started, and a get_batch without timeout
+    waited for ever (a timeout said "0 ready, 2 running; last failure: none"). Now the drops
+    since the last batch are bounded as the group filter's are, and the error says why."""
+    server = llm_server(policy=TablePolicy(seed=2, delay_s=0.3))
+    train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=4),
+                       EnvManagerConfig(num_env_groups=2, group_size=2, tags=["lakes"],
+                                        task_sets=lake_set(tmp_path, 3, max_steps=6)),
+                       max_version_lag=0)
+    stop = threading.Event()
+
+    def weight_sync():
+        version = 0
+        while not stop.wait(0.1):
+            version += 1
+            train.resume(version)
+
+    syncer = threading.Thread(target=weight_sync, daemon=True)
+    syncer.start()
+    try:
+        with pytest.raises(RolloutError, match=r"max_version_lag=0 dropped \d+ groups since the last batch.*"
+                                               r"stale_versions='keep'") as raised:
+            train.get_batch(batch_size=4, step=0, timeout=90)  # before: a BatchTimeout after 90 s
+        assert not isinstance(raised.value, BatchTimeout)
+    finally:
+        stop.set()
+        syncer.join(30)
+    stats = train.stats()
+    assert stats["dropped_version_lag"] > 0
+    # the next call starts afresh: with the updates stopped, a batch comes
+    assert len(train.get_batch(batch_size=4, step=0, timeout=120)) == 4

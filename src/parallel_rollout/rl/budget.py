@@ -115,6 +115,11 @@ class BatchBudget:
         self._silence_from: tuple[int, int, float] | None = None
         self._sending = 1
         self._filtered = 0
+        #: groups ``max_version_lag`` dropped since the last batch, that bound, and how many
+        #: may be (``version_lag_dropped``: ``FILTERED_BATCHES`` batches' worth)
+        self._lag_dropped = 0
+        self._max_lag: int | None = None
+        self._lag_limit: int | None = None
         #: groups a batch may filter out (None until the first get_batch says its size)
         self._filter_limit: int | None = None
         self._deadline: float | None = None
@@ -132,7 +137,7 @@ class BatchBudget:
         afresh, self._afresh = self._afresh, False
         if afresh:
             self._silence_from = None
-            self._filtered = 0
+            self._filtered = self._lag_dropped = 0
             self.failed_in_a_row = self.dropped_in_a_row = 0
             self._statuses.clear()
             # members running when it raised that failed so too: a settings error the
@@ -140,6 +145,7 @@ class BatchBudget:
             self._settings = None
         self._timeout = timeout
         self._deadline = None if timeout is None else (called_at or time.monotonic()) + timeout
+        self._lag_limit = FILTERED_BATCHES * groups_needed
         self._filter_limit = (FILTERED_BATCHES * groups_needed if self.max_filtered_groups is None
                               else self.max_filtered_groups)
         return afresh
@@ -213,7 +219,14 @@ class BatchBudget:
 
     def batch_taken(self) -> None:
         """A batch was handed out: the next one has a filter budget of its own."""
-        self._filtered = 0
+        self._filtered = self._lag_dropped = 0
+
+    def version_lag_dropped(self, max_lag: int | None) -> None:
+        """``max_version_lag`` dropped a group. Bounded as the filter's drops are by default
+        (``FILTERED_BATCHES`` batches' worth): updates that come faster than an episode ends
+        drop every group, and a new one started in its place would be dropped too, for ever."""
+        self._lag_dropped += 1
+        self._max_lag = max_lag
 
     def filter_spent(self) -> bool:
         """Whether the filter dropped more groups since the last batch than a batch may."""
@@ -239,6 +252,12 @@ class BatchBudget:
                                f"(max_filtered_groups={self._filter_limit}) and none passed: filter_fallback="
                                "'partial' has no group to return (an empty batch trains nothing). Rewards may all "
                                "be equal (the policy always wins or always fails): raise max_filtered_groups")
+        if self._lag_limit is not None and self._lag_dropped > self._lag_limit:
+            raise RolloutError(f"max_version_lag={self._max_lag} dropped {self._lag_dropped} groups since the last "
+                               f"batch (at most {self._lag_limit}: {FILTERED_BATCHES} batches' worth); {ready} group(s) "
+                               "kept: policy updates (resume) come faster than a group's episodes end, so each held "
+                               "tokens of a policy too old by then. Update less often, raise max_version_lag, or "
+                               "pass stale_versions='keep'")
         self.check_time(ready, running)
 
     def check_silence(self) -> None:

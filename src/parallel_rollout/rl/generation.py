@@ -297,7 +297,7 @@ class GroupGeneration:
             self._stats["dropped_stale"] += 1
             self._lag.forget(group.keys.values())
         elif self._lag.drops(group.keys.values()):
-            self._stats["dropped_version_lag"] += 1
+            self._count_drop("version_lag")
             self._lag.forget(group.keys.values())
         elif self._filtered_out(group):
             self._lag.forget(group.keys.values())
@@ -359,8 +359,15 @@ class GroupGeneration:
         for member in group.running:
             self._cancel_member(group, member)
         self._groups.pop(group.group_id, None)
-        self._stats[f"dropped_{reason}"] += 1
+        self._count_drop(reason)
         self._lag.forget(group.keys.values())
+
+    def _count_drop(self, reason: str) -> None:
+        """A group dropped for ``reason``, in ``stats()``; one that ``max_version_lag``
+        dropped spends the budget's bound on such drops too (``BatchBudget.version_lag_dropped``)."""
+        self._stats[f"dropped_{reason}"] += 1
+        if reason == "version_lag":
+            self._budget.version_lag_dropped(self._lag.max_lag)
 
     def _drop_version_stale(self, current: int | None = None) -> None:
         """Drop running and ready groups holding tokens older than ``max_version_lag`` allows
@@ -424,7 +431,7 @@ class GroupGeneration:
         kept = []
         for group in self._ready:
             if drops(group):
-                self._stats[f"dropped_{reason}"] += 1
+                self._count_drop(reason)
                 self._lag.forget(group.keys.values())
             else:
                 kept.append(group)
