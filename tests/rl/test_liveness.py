@@ -377,3 +377,18 @@ def test_ready_groups_a_weight_update_leaves_behind_are_dropped_and_forgotten(tm
         assert not [key for key in gate._oldest if key.startswith(f"{train._sample_prefix}:")]
     finally:
         server.stop()
+
+
+def test_a_timeout_says_the_groups_that_ended_with_nothing_since_the_last_batch(tmp_path, schedulers):
+    """BatchTimeout said "0 group(s) ready and 4 running; last failure: none" while the filter
+    dropped every group that finished: the trainer saw no cause of the wait."""
+    server = LLMServer(policy=lambda body: {"reply": "<answer>Right</answer>"}).start()
+    try:
+        train = schedulers(_config(tmp_path, server), _tiny_lakes(tmp_path), group_filter=lambda group: True,
+                           max_filtered_groups=100_000)
+        with pytest.raises(BatchTimeout) as caught:
+            train.get_batch(batch_size=4, step=0, timeout=5)
+        found = re.search(r"since the last batch (\d+) filtered out by group_filter; last failure", str(caught.value))
+        assert found and int(found.group(1)) >= 1, caught.value
+    finally:
+        server.stop()

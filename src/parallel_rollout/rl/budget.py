@@ -320,5 +320,11 @@ class BatchBudget:
             who = self._suspension.said() if self._suspension is not None else ""
             shut = (f"; the policy gate is suspended{who} (suspend() without resume(): no model request goes out)"
                     if self._gate is not None and not self._gate.is_open else "")
+            # what kept the batch from coming: groups that ended with nothing to hand out
+            ended = [f"{count} {what}" for count, what in (
+                (self._filtered, "filtered out by group_filter"),
+                (self._lag_dropped, f"dropped for max_version_lag={self._max_lag}"),
+                (self.failed_in_a_row, "failed in a row")) if count]
+            since = f"; since the last batch {', '.join(ended)}" if ended else ""
             raise BatchTimeout(f"get_batch timed out after {self._timeout:g}s with {ready} group(s) ready "
-                               f"and {running} running{shut}; last failure: {self.last_failure or 'none'}")
+                               f"and {running} running{shut}{since}; last failure: {self.last_failure or 'none'}")
