@@ -89,5 +89,10 @@ def test_a_scripts_process_is_no_subreaper_while_its_runs_pool_lives(tmp_path):
         stop.set()
         watcher.join()
     assert outcome.exit_code == 0 and len(seen) > 10, (outcome.exit_code, len(seen))
-    # the provider's probe of bubblewrap, as the run starts, adopts its init for its end only
-    assert sum(seen) < len(seen) / 10, f"a subreaper in {sum(seen)} of {len(seen)} samples"
+    # the provider's probe of bubblewrap, as the run starts, adopts its init for its end only: one
+    # stretch at most, in the run's first half (longer on a loaded machine, never later); a
+    # subreaper while the pool lives holds it on to the run's end
+    held = [at for at, subreaper in enumerate(seen) if subreaper]
+    shown = "".join("1" if subreaper else "." for subreaper in seen)
+    assert not held or (held[-1] - held[0] + 1 == len(held) and held[-1] < len(seen) / 2), \
+        f"a subreaper in {len(held)} of {len(seen)} samples: {shown}"
