@@ -139,3 +139,17 @@ def test_a_missing_index_given_as_a_path_names_the_flag_as_typed(tmp_path, flag)
                            cwd=tmp_path)
         assert relative.returncode == EXIT_USAGE, said(relative)
         assert f"{flag} {tmp_path / 'missing.json'}: no such file" in said(relative), said(relative)
+
+
+@pytest.mark.parametrize("index", ["no/such/test_all.json", "ABS"], ids=["relative", "absolute"])
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry run", "run"])
+def test_an_index_alone_in_no_folder_names_test_all_meta_path_as_typed(tmp_path, index, dry_run):
+    """`--test_all_meta_path /no/such/folder/test_all.json` alone (its folder is the task set's)
+    was told '/no/such/folder: no such folder (--data: …)', a flag the line never typed."""
+    index = str(tmp_path / "no" / "such" / "test_all.json") if index == "ABS" else index
+    done = run_cli("--test_all_meta_path", index, *(["--dry-run"] if dry_run else []), *MODEL_AGENT, "--model", "m",
+                   cwd=tmp_path)
+    assert done.returncode == EXIT_USAGE, said(done)
+    assert (f"--test_all_meta_path {index}: no such folder {tmp_path / 'no' / 'such'} (without "
+            f"--test_config_base_dir, the index's folder is the task set's") in said(done), said(done)
+    assert "--data" not in said(done), said(done)

@@ -128,6 +128,11 @@ def translate_osworld_flags(args: list[str], aliases: dict[str, str] | None = No
         out.append(f"{new}{eq}{value}" if eq else new)
     if index_path and not has_data:
         data = os.path.dirname(os.path.abspath(index_path))
+        if not os.path.isdir(data):  # the core would say it of --data, which this line never typed
+            raise click.UsageError(
+                f"--test_all_meta_path {index_path}: no such folder {data} (without --test_config_base_dir, the "
+                f"index's folder is the task set's: examples/ beside the index; a relative path is from the "
+                f"current folder, {os.getcwd()})")
         out.append(f"--data={data}")
     if one_task is not None:
         raise click.UsageError(f"--specific_task_id (OSWorld's run.py) has no equivalent here: "
