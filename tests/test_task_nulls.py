@@ -165,3 +165,25 @@ def test_an_osworld_evaluators_null_postconfig_and_conj_read_as_not_given(tmp_pa
     code, said = _dry_run(folder)
     assert code == 0, said
     assert "runnable 1 of 1 tasks" in said, said
+
+
+#: an OSWorld evaluator's field its metric needs, given as null, and what the field must be;
+#: each was refused in the evaluator's own words ("evaluator 'func' must be a metric name or a
+#: list of names", "needs a 'result' getter"), as if the file had left it out or misspelled it
+EVALUATOR_NEEDED = {
+    "func": ({"func": None, "result": {"type": "vm_command_line", "command": "ls"}}, "a string or a list"),
+    "result": ({"func": "exact_match", "result": None, "expected": {"type": "rule", "rules": {"expected": "x"}}},
+               "an object"),
+}
+
+
+@pytest.mark.parametrize("name", list(EVALUATOR_NEEDED))
+def test_an_osworld_evaluators_needed_field_given_as_null_is_refused_as_any_needed_null(tmp_path, name):
+    evaluator, kind = EVALUATOR_NEEDED[name]
+    folder = osworld_folder(tmp_path / "set", {"t": {"domain": "os", "instruction": "x", "config": [],
+                                                     "evaluator": evaluator}})
+    code, said = _dry_run(folder)
+    assert code == EXIT_USAGE, said
+    examples = folder / "evaluation_examples" / "examples" / "os"
+    assert (f"{examples / 't.json'}:1: task 't': field 'evaluator.{name}' must be {kind}, got null: null reads "
+            "as not given, and osworld tasks need it") in said, said

@@ -266,7 +266,7 @@ def _mode_hint(refused: list[Any], default_mode: str | None, validators: Validat
 
     def takes(validate: Callable[[Mapping[str, Any]], None], raw: Mapping[str, Any]) -> bool:
         try:
-            validate(_given(raw, None)[0])
+            validate(_given(raw, None))
         except Exception:  # noqa: BLE001 - any refusal: not this mode's task
             return False
         return True
@@ -322,8 +322,8 @@ def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Vali
         f"field 'tags' must be a list of strings, got {value_said(tags)}"
     if fault:
         raise TaskFileError(f"{where}: task {task_id!r}: {fault}")
-    payload, nulls = _given(raw, getattr(validators, "fields", lambda mode: None)(mode),
-                            getattr(validators, "nested", lambda mode: {})(mode))
+    payload = _given(raw, getattr(validators, "fields", lambda mode: None)(mode),
+                     getattr(validators, "nested", lambda mode: {})(mode))
     task = Task(id=task_id, mode=mode, payload=payload, seed=seed, tags=tuple(tags), source=where)
     try:
         validators[mode](payload)
@@ -331,7 +331,7 @@ def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Vali
         exc.task = task
         raise
     except MissingField as exc:
-        if exc.name not in nulls:
+        if not _null_at(raw, exc.name):
             raise TaskFileError(f"{where}: task {task_id!r}: {exc}") from None
         raise TaskFileError(f"{where}: task {task_id!r}: field {exc.name!r} must be {kinds_said(exc.kinds)}, got "
                             f"null: null reads as not given, and {mode} tasks need it") from None
@@ -341,9 +341,9 @@ def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Vali
 
 
 def _given(raw: Mapping[str, Any], fields: Container[str] | None,
-           nested: Mapping[str, Container[str]] | None = None) -> tuple[dict[str, Any], set[str]]:
+           nested: Mapping[str, Container[str]] | None = None) -> dict[str, Any]:
     """A record's payload without the fields given as null that the mode reads (``fields``;
-    None: a mode that declares none, whose every field may be one), and those fields' names.
+    None: a mode that declares none, whose every field may be one).
     Datasets' exports (HuggingFace's ``to_json``, pandas, a Parquet column) write null for a
     field a record lacks: it takes the mode's default, as a field left out does. Another
     column's null is the dataset's own value, kept for the agent as it is. ``nested``: an
@@ -356,7 +356,20 @@ def _given(raw: Mapping[str, Any], fields: Container[str] | None,
         if isinstance(payload.get(name), dict):
             inner = {key for key, value in payload[name].items() if value is None and key in optional}
             payload[name] = {k: v for k, v in payload[name].items() if k not in inner}
-    return payload, nulls
+    return payload
+
+
+def _null_at(raw: Mapping[str, Any], name: str) -> bool:
+    """Whether the record gives field ``name`` as null: a field of its own, or one of an
+    object field's by its path (``evaluator.func``), as ``MissingField`` names it."""
+    if name in raw:
+        return raw[name] is None
+    value: Any = raw
+    for key in name.split("."):
+        if not isinstance(value, dict) or key not in value:
+            return False
+        value = value[key]
+    return value is None
 
 
 def safe_name(task_id: str) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...task_json import kind_of
+from ...tasks import MissingField
 from .getter_keys import FIELDS as GETTER_FIELDS, files_problem, key_problem
 from .getters import GETTERS
 from .metrics import METRICS
@@ -118,6 +119,13 @@ def check_evaluator(evaluator: Any) -> None:
     index), or every unsupported one."""
     if not isinstance(evaluator, dict):
         raise ValueError("field 'evaluator' must be an object")
+    # a needed key left out or given as null: the loader says which, as of any needed field
+    if evaluator.get("func") is None:
+        raise MissingField("evaluator.func", (str, list))
+    funcs = evaluator["func"]
+    if "result" in evaluator and evaluator["result"] is None and any(
+            func != "infeasible" for func in ([funcs] if isinstance(funcs, str) else funcs)):
+        raise MissingField("evaluator.result", (dict,) if isinstance(funcs, str) else (list,))
     problem = _keys_problem(evaluator) or _lists_problem(evaluator)
     if problem:
         raise ValueError(problem)
