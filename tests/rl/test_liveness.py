@@ -392,3 +392,22 @@ def test_a_timeout_says_the_groups_that_ended_with_nothing_since_the_last_batch(
         assert found and int(found.group(1)) >= 1, caught.value
     finally:
         server.stop()
+
+
+def test_a_timeout_says_the_groups_async_generation_ratio_dropped_as_stale(tmp_path, schedulers):
+    """Groups dropped as stale (made at step s, the step past s + r) were not among the
+    timeout's causes: a trainer whose steps outran its ratio saw "0 group(s) ready and 2
+    running; last failure: none"."""
+    server = LLMServer(policy=lambda body: {"sleep": 60, "reply": "<answer>Right</answer>"}).start()
+    try:
+        train = schedulers(_config(tmp_path, server), _tiny_lakes(tmp_path), async_generation_ratio=1)
+        with pytest.raises(BatchTimeout):
+            train.get_batch(batch_size=4, step=0, timeout=2)  # its groups run on, made at step 0
+        started = train.stats()["groups_started"]
+        with pytest.raises(BatchTimeout) as caught:
+            train.get_batch(batch_size=4, step=2, timeout=2)  # 2 > 0 + 1: every one of them is stale
+        found = re.search(r"since the last batch (\d+) dropped as stale by async_generation_ratio=1 \(made at a "
+                          r"step before 1\); last failure", str(caught.value))
+        assert found and int(found.group(1)) == started == train.stats()["dropped_stale"], caught.value
+    finally:
+        server.stop()

@@ -120,6 +120,11 @@ class BatchBudget:
         self._lag_dropped = 0
         self._max_lag: int | None = None
         self._lag_limit: int | None = None
+        #: groups ``async_generation_ratio`` dropped as stale since the last batch, that ratio,
+        #: and the step before which their groups were made (``stale_dropped``)
+        self._stale = 0
+        self._stale_ratio = 0
+        self._stale_before = 0
         #: groups a batch may filter out (None until the first get_batch says its size)
         self._filter_limit: int | None = None
         self._deadline: float | None = None
@@ -137,7 +142,7 @@ class BatchBudget:
         afresh, self._afresh = self._afresh, False
         if afresh:
             self._silence_from = None
-            self._filtered = self._lag_dropped = 0
+            self._filtered = self._lag_dropped = self._stale = 0
             self.failed_in_a_row = self.dropped_in_a_row = 0
             self._statuses.clear()
             # members running when it raised that failed so too: a settings error the
@@ -219,7 +224,7 @@ class BatchBudget:
 
     def batch_taken(self) -> None:
         """A batch was handed out: the next one has a filter budget of its own."""
-        self._filtered = self._lag_dropped = 0
+        self._filtered = self._lag_dropped = self._stale = 0
 
     def version_lag_dropped(self, max_lag: int | None) -> None:
         """``max_version_lag`` dropped a group. Bounded as the filter's drops are by default
@@ -227,6 +232,12 @@ class BatchBudget:
         drop every group, and a new one started in its place would be dropped too, for ever."""
         self._lag_dropped += 1
         self._max_lag = max_lag
+
+    def stale_dropped(self, ratio: int, step: int) -> None:
+        """``async_generation_ratio`` (``ratio``) dropped a group made before ``step - ratio``
+        as stale: a cause a timeout names (steps that outrun the ratio drop every group)."""
+        self._stale += 1
+        self._stale_ratio, self._stale_before = ratio, step - ratio
 
     def filter_spent(self) -> bool:
         """Whether the filter dropped more groups since the last batch than a batch may."""
@@ -324,6 +335,8 @@ class BatchBudget:
             ended = [f"{count} {what}" for count, what in (
                 (self._filtered, "filtered out by group_filter"),
                 (self._lag_dropped, f"dropped for max_version_lag={self._max_lag}"),
+                (self._stale, f"dropped as stale by async_generation_ratio={self._stale_ratio} "
+                              f"(made at a step before {self._stale_before})"),
                 (self.failed_in_a_row, "failed in a row")) if count]
             since = f"; since the last batch {', '.join(ended)}" if ended else ""
             raise BatchTimeout(f"get_batch timed out after {self._timeout:g}s with {ready} group(s) ready "

@@ -294,7 +294,7 @@ class GroupGeneration:
                 self._rerun_given(group)  # run again, as under "drop" (the budget counted it)
             # else get_batch(tasks=…) collects it
         elif self._stale(group):
-            self._stats["dropped_stale"] += 1
+            self._count_drop("stale")
             self._lag.forget(group.keys.values())
         elif self._lag.drops(group.keys.values()):
             self._count_drop("version_lag")
@@ -364,10 +364,13 @@ class GroupGeneration:
 
     def _count_drop(self, reason: str) -> None:
         """A group dropped for ``reason``, in ``stats()``; one that ``max_version_lag``
-        dropped spends the budget's bound on such drops too (``BatchBudget.version_lag_dropped``)."""
+        dropped spends the budget's bound on such drops too (``BatchBudget.version_lag_dropped``),
+        and one dropped as stale is a cause a timeout names (``BatchBudget.stale_dropped``)."""
         self._stats[f"dropped_{reason}"] += 1
         if reason == "version_lag":
             self._budget.version_lag_dropped(self._lag.max_lag)
+        elif reason == "stale":
+            self._budget.stale_dropped(self.ratio, self._step)
 
     def _drop_version_stale(self, current: int | None = None) -> None:
         """Drop running and ready groups holding tokens older than ``max_version_lag`` allows
