@@ -33,6 +33,8 @@ NEVER_BOOTS = {
     # the timeout as given, and the config file's key that set it (it said 'after 0s' of 0.5 s,
     # and no flag; then --boot-timeout-s, a flag no one typed)
     "hangs": ("chaos_plugins:BootHangsProvider", "boot timed out after 0.5s (boot-timeout-s in ", 0.5),
+    # on the command line: the value as the flag takes it (it said 'after --boot-timeout-s 0.5s')
+    "hangs-flag": ("chaos_plugins:BootHangsProvider", "boot timed out after 0.5s (--boot-timeout-s 0.5)", 0.5),
 }
 POOL = 2
 REPLACEMENTS = 2
@@ -49,13 +51,15 @@ def cli(tmp_path, data, *args):
 @pytest.mark.parametrize("case", sorted(NEVER_BOOTS))
 def test_a_vm_that_never_boots_ends_the_run_with_pool_exhausted(tmp_path, case):
     provider, last_death, boot_timeout = NEVER_BOOTS[case]
-    (tmp_path / "run.toml").write_text(f"boot-timeout-s = {boot_timeout}\nmax-vm-replacements = {REPLACEMENTS}\n")
+    flag = case.endswith("-flag")
+    (tmp_path / "run.toml").write_text(("" if flag else f"boot-timeout-s = {boot_timeout}\n")
+                                       + f"max-vm-replacements = {REPLACEMENTS}\n")
     tasks = [shell_task(f"t{i}") for i in range(6)]
     data = write_tasks(tmp_path / "tasks.jsonl", tasks)
     run_dir = tmp_path / "out" / "boot"
 
     started = time.monotonic()
-    result = cli(tmp_path, data, "--provider-name", provider)
+    result = cli(tmp_path, data, "--provider-name", provider, *(["--boot-timeout-s", f"{boot_timeout:g}"] if flag else []))
     elapsed = time.monotonic() - started
     print(f"[never-boots:{case}] ended in {elapsed:.1f}s")
     assert result.exit_code == 1, (result.output, result.exception)
@@ -104,7 +108,7 @@ class AgentExitsProvider(ProcessProvider):
 FAILED_BOOTS = {
     # killed a moment after bwrap starts: often before it has forked the namespace's init,
     # or before that init has set up --die-with-parent; many tries to hit every moment
-    "timeout": (ProcessProvider, 0.001, r"guest agent after --boot-timeout-s 0\.001s", 100),
+    "timeout": (ProcessProvider, 0.001, r"guest agent after 0\.001s \(--boot-timeout-s 0\.001\)", 100),
     "agent-exits": (AgentExitsProvider, 10.0, "exited before it was ready", 3),
 }
 

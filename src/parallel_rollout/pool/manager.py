@@ -297,8 +297,7 @@ class VMPoolManager(ProviderCalls):
                 if vm.state is VMState.BOOTING and now > vm.deadline:
                     self._counters["boot_failures"] += 1
                     self._mark_dead_and_replace(
-                        vm, f"boot timed out after "
-                            f"{self.options.said_as('boot_timeout_s', f'{self.options.boot_timeout_s:g}s')}")
+                        vm, f"boot timed out after {self.options.boot_timeout_said}")
                 elif vm.state is VMState.RESETTING and now > vm.deadline:
                     self._counters["reset_failures"] += 1
                     self._mark_dead_and_replace(vm, f"reset hung for {self._call_timeout_s():.0f}s", charge=False)

@@ -83,12 +83,20 @@ class ProviderOptions:
         """Setting ``name`` as the user gave it (``given``), else its flag: ``--reset-command``."""
         return self.given.get(name) or "--" + name.replace("_", "-")
 
-    def said_as(self, name: str, value: str) -> str:
-        """Setting ``name`` with ``value`` (as a message writes it) as the user gave it: its
-        flag first on the command line (or not given), ``--boot-timeout-s 2s``; off it, where:
-        ``2s (boot-timeout-s in run.toml)``, ``none (the environment variable …)``."""
+    def said_as(self, name: str, value: str, typed: str | None = None) -> str:
+        """Setting ``name`` with ``value`` (as a message writes it) as the user gave it: on the
+        command line (or not given) its flag and the value as the flag takes it, ``typed``, after
+        a value written otherwise (``2s (--boot-timeout-s 2)``), else before it (``--reset-command
+        none``); off it, where: ``2s (boot-timeout-s in run.toml)``, ``none (the environment variable …)``."""
         said = self.said(name)
-        return f"{said} {value}" if said.startswith("--") else f"{value} ({said})"
+        if not said.startswith("--"):
+            return f"{value} ({said})"
+        return f"{said} {value}" if typed in (None, value) else f"{value} ({said} {typed})"
+
+    @property
+    def boot_timeout_said(self) -> str:
+        """The boot timeout as a message says it: ``2s (--boot-timeout-s 2)`` (``said_as``)."""
+        return self.said_as("boot_timeout_s", f"{self.boot_timeout_s:g}s", f"{self.boot_timeout_s:g}")
 
     def memory_limit(self, bounded: bool) -> int | None:
         """A VM's memory limit: ``memory_mb``, else ``default_memory_mb`` where the provider

@@ -460,7 +460,7 @@ class ProcessProvider(Provider):
             vm_id, vm_dir, socket_path, group,
             lambda ready_w, info_w, listen_fd: self._argv(vm_id, vm_dir, ready_w, info_w, listen_fd),
             nofile=self._nofile, boot_timeout_s=self.options.boot_timeout_s,
-            boot_timeout_said=self.options.said_as("boot_timeout_s", f"{self.options.boot_timeout_s:g}s"),
+            boot_timeout_said=self.options.boot_timeout_said,
             write_meta=lambda private: self._write_meta(vm_id, vm_dir, private),
             own_userns=not self._uids.enabled)
         address = f"unix:{socket_path}"
