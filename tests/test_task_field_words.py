@@ -72,10 +72,18 @@ WRONG_KINDS = {
                                 'field \'dim_room\' must be [rows, columns], each 3-30, got "5x5"'),
     "sokoban-num_boxes-past-a-line": ({**_LAKE, "game": "Sokoban", "num_boxes": -10**100},
                                       f"field 'num_boxes' must be at least 1, got {reprlib.repr(-10**100)}"),
+    # a key of grid_vocab or grid_lookup, a JSON string, was quoted as a field's name: 'wall', '9'
     "sokoban-symbol-two-characters": ({**_LAKE, "game": "Sokoban", "grid_vocab": {"wall": "WW"}},
-                                      'field \'grid_vocab\': \'wall\' must be one visible character, got "WW"'),
+                                      'field \'grid_vocab\': "wall" must be one visible character, got "WW"'),
     "sokoban-symbols-clash": ({**_LAKE, "game": "Sokoban", "grid_lookup": {"0": "W"}, "grid_vocab": {"wall": "V"}},
-                              'fields \'grid_lookup\' and \'grid_vocab\' give \'wall\' different symbols: "W" and "V"'),
+                              'fields \'grid_lookup\' and \'grid_vocab\' give "wall" different symbols: "W" and "V"'),
+    "sokoban-lookup-code-unknown": ({**_LAKE, "game": "Sokoban", "grid_lookup": {"9": "W"}},
+                                    'field \'grid_lookup\' names "9"; the codes are 0-6: 0 wall, 1 empty'),
+    "sokoban-vocab-meaning-unknown": ({**_LAKE, "game": "Sokoban", "grid_vocab": {"lava": "L"}},
+                                      'field \'grid_vocab\' names "lava"; the meanings are "wall", "empty", "target"'),
+    # it said Python's dict of every meaning: {'wall': '_', 'empty': '_', ...}
+    "sokoban-symbol-twice": ({**_LAKE, "game": "Sokoban", "grid_vocab": {"wall": "_"}},
+                             'field \'grid_vocab\' gives "wall" and "empty" one symbol, "_"'),
     # the loader's own fields said Python's words: 'must be an integer, got "7"', 'got ["a", 1]'
     "seed-string": (shell_task("s", seed="7"), "field 'seed' must be a whole number, got a string"),
     "seed-fraction": (shell_task("s", seed=1.5), "field 'seed' must be a whole number, got 1.5"),

@@ -289,26 +289,31 @@ def _check_vocab(vocab: Any, lookup: Any) -> None:
         raise ValueError("field 'grid_lookup' must be an object mapping a cell code 0-6 to its symbol")
     odd = [code for code in lookup if str(code) not in {str(c) for c in _CODES}]
     if odd:
-        raise ValueError(f"field 'grid_lookup' names {', '.join(map(repr, odd))}; the codes are 0-6: "
+        raise ValueError(f"field 'grid_lookup' names {', '.join(map(as_written, odd))}; the codes are 0-6: "
                          + ", ".join(f"{code} {meaning}" for code, meaning in _CODES.items()))
     given = _meaning_to_symbol(vocab)
     unknown = sorted(set(given) - set(DEFAULT_VOCAB))
     if unknown:
-        raise ValueError(f"field 'grid_vocab' names {', '.join(map(repr, unknown))}; the meanings are "
-                         f"{', '.join(DEFAULT_VOCAB)} (meaning → symbol, or symbol → meaning as in ROLL)")
+        raise ValueError(f"field 'grid_vocab' names {', '.join(map(as_written, unknown))}; the meanings are "
+                         f"{', '.join(map(as_written, DEFAULT_VOCAB))} (meaning → symbol, or symbol → meaning as in ROLL)")
     from_lookup = {_CODES[int(code)]: symbol for code, symbol in lookup.items()}
     clash = sorted(m for m in set(given) & set(from_lookup) if given[m] != from_lookup[m])
     if clash:
-        raise ValueError(f"fields 'grid_lookup' and 'grid_vocab' give {clash[0]!r} different symbols: "
+        raise ValueError(f"fields 'grid_lookup' and 'grid_vocab' give {as_written(clash[0])} different symbols: "
                          f"{as_written(from_lookup[clash[0]])} and {as_written(given[clash[0]])}")
     merged = vocabulary({"grid_vocab": vocab, "grid_lookup": lookup})
     for meaning, symbol in merged.items():
         if not isinstance(symbol, str) or len(symbol) != 1 or symbol.isspace():
             field = "grid_vocab" if meaning in given else "grid_lookup"
-            raise ValueError(f"field '{field}': {meaning!r} must be one visible character, got {as_written(symbol)}")
-    if len(set(merged.values())) < len(merged):
-        field = "grid_vocab" if given else "grid_lookup"
-        raise ValueError(f"field '{field}' gives two meanings one symbol: {merged}")
+            raise ValueError(f"field '{field}': {as_written(meaning)} must be one visible character, "
+                             f"got {as_written(symbol)}")
+    meaning_of: dict[str, str] = {}
+    for meaning, symbol in merged.items():
+        if symbol in meaning_of:
+            field = "grid_vocab" if given else "grid_lookup"
+            raise ValueError(f"field '{field}' gives {as_written(meaning_of[symbol])} and {as_written(meaning)} "
+                             f"one symbol, {as_written(symbol)}")
+        meaning_of[symbol] = meaning
 
 
 def _check_room(payload: Mapping[str, Any]) -> None:
