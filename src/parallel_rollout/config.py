@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -169,9 +170,9 @@ class RunConfig(CheckedKeywords):
         # a misspelt field (num_vm=2) is named with the one meant, as run(num_vm=2) names it
         made = super().__new__(cls, *args, **keywords)
         # the fields a call named (a trainer's RunConfig(agent="oracle", …)), which a value equal
-        # to its default does not tell from one left out; none known of a copy
-        # (dataclasses.replace names every field, given or not)
-        made.__dict__["_called_with"] = frozenset(keywords) if len(keywords) < len(_FIELDS) else frozenset()
+        # to its default does not tell from one left out; none known of a copy: dataclasses.replace
+        # names every field, given or not, as a call may too, so the copy is told by its caller
+        made.__dict__["_called_with"] = frozenset() if _copying(sys._getframe(1)) else frozenset(keywords)
         return made
 
     def __post_init__(self) -> None:
@@ -276,6 +277,13 @@ RUN_ONLY_FIELDS = (
     "session_header", "server_cooldown", "abort_url",
 )
 _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig) if f.name not in ("explicit", "sources")}
+#: the code that makes a copy of a dataclass: replace(), and the __replace__ of copy.replace (3.13)
+_COPIES = frozenset(getattr(getattr(dataclasses, name, None), "__code__", None) for name in ("replace", "_replace"))
+
+
+def _copying(caller: Any) -> bool:
+    """Whether the frame that called ``RunConfig(...)`` is ``dataclasses.replace``'s."""
+    return caller is not None and caller.f_code in _COPIES
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

@@ -8,6 +8,7 @@ tokenizer, went unused)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -290,3 +291,27 @@ def test_a_model_setting_with_the_oracle_agent_says_the_default_only_when_it_is(
     assert message == ("RunConfig: model is not used by this scheduler's tags (mode gym): it only applies to agents "
                        f"that call a model (openai, or a module:Class agent through self.model); {said}"), message
     assert not (tmp_path / "out").exists()
+
+
+def test_a_runconfig_naming_every_field_is_no_copy(tmp_path, schedulers):
+    """RunConfig(**every field) (a trainer that writes out its whole config) was taken for a
+    dataclasses.replace copy, which names every field too: its fields named at their defaults
+    went unseen (action_space, a desktop field, is refused under mode gym when named, as one
+    call naming it alone is), and its agent="oracle" was told 'oracle, the default'. A copy
+    still knows nothing of the call that made its original."""
+    given = {"mode": "gym", "data": "frozenlake", "model": "table", "num_rollouts": 1,
+             "output_dir": str(tmp_path / "out"), "progress": False, "agent": "oracle"}
+    defaults = RunConfig()
+    every = {field.name: getattr(defaults, field.name) for field in dataclasses.fields(RunConfig)
+             if field.name not in ("explicit", "sources")}
+
+    def refusal(config: RunConfig) -> str:
+        with pytest.raises(ConfigError) as caught:
+            schedulers(config, _tags(tmp_path))
+        return str(caught.value)
+
+    named = refusal(RunConfig(**given, action_space=defaults.action_space))
+    assert named.startswith("RunConfig: action_space is not used by this scheduler's tags (mode gym)"), named
+    assert refusal(RunConfig(**{**every, **given})) == named
+    copy = refusal(dataclasses.replace(RunConfig(**{**given, "agent": "openai"}), agent="oracle"))
+    assert "this run's agent is oracle, the default: agent='openai' calls the model" in copy, copy
