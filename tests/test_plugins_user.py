@@ -79,6 +79,16 @@ def test_agents_that_call_no_model_still_refuse_the_model_settings(tmp_path):
                           "--tool-calls"), tmp_path, "--tool-calls is not used by this run", "openai agent")
 
 
+def test_a_plugin_modes_own_missing_field_refusal_says_the_file_gives_it_as_null(tmp_path):
+    """A plugin's validate_task sees the task without its null fields (null reads as not given,
+    README "A field given as `null`"): its own "missing field 'n'" of a line that has ``"n": null``
+    read as false, with nothing saying the file's null was taken for no field."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [{"id": "d1", "n": 1}, {"id": "d2", "n": None}])
+    assert_usage_error(invoke(tmp_path, "--mode", "user_plugins:OwnWordsEnv", "--agent", "oracle", "--data", str(data)),
+                       tmp_path, f"{data}:2: task 'd2': missing field 'n' (the file gives 'n' as null, and null "
+                       "reads as not given)")
+
+
 # -- classes and modules that cannot run: refused before anything starts --------------------
 
 

@@ -42,6 +42,17 @@ class DoubleEnv(Env):
         return float(str(self.answer).strip() == str(2 * self.task.get("n"))), {"answer": self.answer}
 
 
+class OwnWordsEnv(DoubleEnv):
+    """DoubleEnv refusing a task without ``n`` in its own words, as a plugin may, not
+    ``require``'s."""
+
+    @staticmethod
+    def validate_task(payload) -> None:
+        """n is given."""
+        if "n" not in payload:
+            raise ValueError("missing field 'n'")
+
+
 class ModelAgent(Agent):
     """Asks its ModelClient (``self.model``) for the answer: --model, --base-url and
     --temperature are its settings as much as the openai agent's."""

@@ -336,8 +336,17 @@ def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Vali
         raise TaskFileError(f"{where}: task {task_id!r}: field {exc.name!r} must be {kinds_said(exc.kinds)}, got "
                             f"null: null reads as not given, and {mode} tasks need it") from None
     except (ValueError, TypeError) as exc:
-        raise TaskFileError(f"{where}: task {task_id!r}: {exc}") from None
+        raise TaskFileError(f"{where}: task {task_id!r}: {exc}{_nulls_named(raw, payload, str(exc))}") from None
     return task
+
+
+def _nulls_named(raw: Mapping[str, Any], payload: Mapping[str, Any], refusal: str) -> str:
+    """What a mode's refusal in its own words leaves unsaid: that a field it names is given as
+    null, which the mode never saw (null reads as not given): a plugin's "missing field 'n'" of
+    ``"n": null``. "" when it names none."""
+    named = [name for name, value in raw.items() if value is None and name not in payload and name not in CORE_FIELDS
+             and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", refusal)]
+    return f" (the file gives {' and '.join(map(repr, named))} as null, and null reads as not given)" if named else ""
 
 
 def _given(raw: Mapping[str, Any], fields: Container[str] | None,
