@@ -257,3 +257,37 @@ def test_a_restarted_scheduler_reads_a_python_made_tasks_files_from_its_folder(t
     (saved,) = [u["task_id"] for u in state["unreturned"]]  # the group drawn but not handed out
     assert (resumed.task_id, resumed.status) == (saved, "success"), resumed.record.get("failure")
     assert second.stats().get("members_failed", 0) == 0
+
+
+def test_a_restarted_scheduler_hands_out_its_saved_groups_first(tmp_path, schedulers):
+    """The groups drawn and not handed out before the checkpoint are older than any the
+    restarted scheduler draws: its first batch took a new group that finished first, leaving
+    the saved one to a later batch (or to be dropped as stale), where one that never stopped
+    hands them out oldest first."""
+    slow_saved = []
+
+    def policy(body):
+        session = next(e["headers"] for e in reversed(server.requests) if e["body"] is body).get("x-session-id", "")
+        if slow_saved and "/g0/" in session:  # the restarted scheduler's group 0: the saved group, started again
+            return {**RIGHT, "sleep": 1.0}
+        return RIGHT
+
+    server = LLMServer(policy=policy).start()
+    try:
+        config = EnvManagerConfig(group_size=2, tags=["lakes"], task_sets=tiny_lakes(tmp_path, "lakes", 5))
+        first = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo"), config,
+                           async_generation_ratio=1)
+        first.get_batch(batch_size=2, step=0)
+        state = json.loads(json.dumps(first.state_dict()))
+        first.close()
+        assert len(state["unreturned"]) == 1, state
+        slow_saved.append(True)
+        second = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo", resume=True), config,
+                            async_generation_ratio=1)
+        second.load_state_dict(state)
+        batch = second.get_batch(batch_size=2, step=1)
+        started = second.stats()["groups_started"]
+    finally:
+        server.stop()
+    assert started == 2  # the saved group and a new one ran together
+    assert {(t.task_id, t.episode_id) for t in batch} == {(u["task_id"], u["episode"]) for u in state["unreturned"]}

@@ -3,8 +3,8 @@
 A batch is whole groups, oldest first: the ``need`` oldest ready groups, or with
 ``batch_partition`` each tag's quota of them (``sources.BatchShares``). It waits while one of
 the oldest groups it would hold is still running and this step is the last it may be handed
-out in (``async_generation_ratio``): a newer group that finished first must not take its
-place, leaving it to be dropped as stale. Handing a batch out marks each trajectory's
+out in (``async_generation_ratio``), or it was started again from a checkpoint: a newer
+group that finished first must not take its place, leaving it to be dropped as stale. Handing a batch out marks each trajectory's
 staleness (``staleness``), reads its turns (in the trainer's thread, not the engine's) and
 keeps the batch for ``metrics()``. The state is the scheduler's (``self``), as for ``generation.GroupGeneration``.
 """
@@ -45,14 +45,16 @@ class ReadyBatches:
 
     def _last_chance_running(self, need: int, tag: str | None = None) -> bool:
         """Whether one of the ``need`` oldest batch groups (of ``tag``) is still running and
-        this step is the last it may be handed out in (``async_generation_ratio``). The batch waits for it:
-        a newer group that finished first (it started on the slots of finished members) can
-        go in the next batch, where this one would be dropped as stale, its tokens wasted and
-        the batches biased toward short episodes."""
+        this step is the last it may be handed out in (``async_generation_ratio``), or it was
+        started again (``Group.replayed``: drawn before the checkpoint, older than any drawn
+        since). The batch waits for it: a newer group that finished first (it started on the
+        slots of finished members) can go in the next batch, where this one would be dropped
+        as stale, its tokens wasted and the batches biased toward short episodes."""
         outstanding = sorted([g for g in [*self._groups.values(), *self._ready]
                               if g.purpose == "batch" and (tag is None or g.tag == tag)],
                              key=lambda g: g.group_id)[:need]
-        return any(g.completed_at is None and g.created_step + self.ratio <= self._step for g in outstanding)
+        return any(g.completed_at is None and (g.replayed or g.created_step + self.ratio <= self._step)
+                   for g in outstanding)
 
     def _hand_out(self, batch: list[Group], step: int) -> list[Trajectory]:
         """The trajectories of ``batch``, noted for ``metrics()``. A Ctrl-C while their turns

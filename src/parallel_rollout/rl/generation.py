@@ -77,7 +77,7 @@ class GroupGeneration:
             if replay is not None:
                 self._replay.remove(replay)
                 tag, task, episode, seed = replay
-                self._start_group(tag, task, purpose="batch", episode_id=episode, seed=seed)
+                self._start_group(tag, task, purpose="batch", episode_id=episode, seed=seed).replayed = True
                 continue
             waiting = {entry[0] for entry in self._replay}  # no new task of a tag before its replays
             open_tags = [t for t in self.tags if self._start_allowed(t) and t not in waiting]

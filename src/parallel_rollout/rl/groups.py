@@ -167,6 +167,9 @@ class Group:
     #: what its trajectory ids start with: the run id and the scheduler's sample prefix
     #: (``grpo/train``, ``grpo/val@s1``), so ids are unique across schedulers and sessions
     id_prefix: str = ""
+    #: started again from a checkpoint (``load_state_dict``) or a batch not handed out: drawn
+    #: before any group drawn since, so the next batches hand it out first (``batches``)
+    replayed: bool = False
 
     @property
     def complete(self) -> bool:
