@@ -59,9 +59,9 @@ def test_a_remote_setting_given_off_the_command_line_is_refused_naming_where(tmp
 
 
 @pytest.mark.parametrize("reset, in_file, said", [
-    ("none", False, "no guest agent answered at that --vm-address within 2s (--boot-timeout-s 2), and --reset-command "
+    ("none", False, "no guest agent answered at that address (--vm-address) within 2s (--boot-timeout-s 2), and --reset-command "
                     "none starts none: start its agent"),
-    ("true", False, "no guest agent answered at that --vm-address within 2s (--boot-timeout-s 2) after the reset command "
+    ("true", False, "no guest agent answered at that address (--vm-address) within 2s (--boot-timeout-s 2) after the reset command "
                     "(--reset-command) ran"),
     ("none", True, "no guest agent answered at that address (vm-address in CONFIG) within 2s (boot-timeout-s in "
                    "CONFIG), and none (reset-command in CONFIG) starts none: start its agent"),

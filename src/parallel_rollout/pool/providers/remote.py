@@ -174,13 +174,12 @@ class RemoteProvider(Provider):
 
     def _no_agent(self) -> str:
         """What a boot whose machine's agent never answered says to check, each setting as the
-        user gave it: "no guest agent answered at that --vm-address within 2s (--boot-timeout-s 2)
-        after …", "… at that address (vm-address in run.toml) within 2s (boot-timeout-s in run.toml) …"."""
-        address = self.options.said("vm_address")
-        address = address if address.startswith("--") else f"address ({address})"
+        user gave it: "no guest agent answered at that address (--vm-address) within 2s (--boot-timeout-s 2)
+        after …", "… at that address (vm-address in run.toml) within 2s (boot-timeout-s in run.toml) …";
+        the address named as the reset command is (``__init__``), whoever set it."""
         started = (f" after {self._command} ran" if self.reset_command is not None
                    else f", and {self.options.said_as('reset_command', 'none')} starts none: start its agent")
-        return (f"no guest agent answered at that {address} within "
+        return (f"no guest agent answered at that address ({self.options.said('vm_address')}) within "
                 f"{self.options.boot_timeout_said}{started}")
 
     def __repr__(self) -> str:
