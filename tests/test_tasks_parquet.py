@@ -3,6 +3,8 @@ CLI, our own columns as they are, and bad files refused by name."""
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import json
 import sys
 
@@ -88,8 +90,17 @@ def test_rows_in_our_own_columns_are_tasks_as_they_are(tmp_path):
 @pytest.mark.parametrize("rows, schema, message", [
     ([{"id": "a", "problem": "p", "answer": 1.0}, {"id": "b", "problem": "p", "answer": float("nan")}],
      None, "row 2: column 'answer' holds nan, not a JSON number"),
+    # a value no JSON task holds, said in the Parquet schema's words and by its path: it said
+    # Python's type, "holds a bytes", "holds a datetime", of the top column
     ([{"id": "a", "problem": "p", "answer": "1", "blob": b"\x00\x01"}],
-     None, "row 1: column 'blob' holds a bytes, which a task cannot hold"),
+     None, "row 1: column 'blob' holds a Parquet binary, which a task cannot hold (a task holds JSON's values: "
+           "a string, a number, true or false, null, a list or an object)"),
+    ([{"id": "a", "problem": "p", "answer": "1", "when": datetime.datetime(2024, 5, 1)}],
+     None, "row 1: column 'when' holds a Parquet timestamp[us], which a task cannot hold"),
+    ([{"id": "a", "problem": "p", "answer": "1", "meta": {"cost": decimal.Decimal("1.5"), "ok": True}}],
+     None, "row 1: column 'meta.cost' holds a Parquet decimal128(2, 1), which a task cannot hold"),
+    ([{"id": "a", "problem": "p", "answer": "1", "files": [b"x"]}],
+     None, "row 1: column 'files[0]' holds a Parquet binary, which a task cannot hold"),
     ([verl_row(0, "q", "1"), {**verl_row(1, "q", "2"), "prompt": [{"role": "system", "content": "no user"}]}],
      None, "row 2: verl's 'prompt' holds no user message (its last one is the task's problem)"),
     # the real problem is the missing answer, not an 'id' the row never needed

@@ -16,7 +16,8 @@ is in verl's layout when it has a ``data_source`` or ``reward_model`` column and
 is a math task set (``parquet_mode``), as a task file whose tasks all name one mode is; a
 verl row without a user message or a ground truth is refused naming verl's column. Values
 must be what a JSON task file could hold: a NaN, an infinity, bytes or a timestamp is
-refused, naming the row and the column, as the JSON reader names the line.
+refused, naming the row, the column by its path (``meta.cost``) and the value's type as the
+Parquet schema names it (``timestamp[us]``), as the JSON reader names the line.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def _rows(path: Path) -> Iterator[tuple[int, Any]]:
         for batch in batches:
             for values in batch.to_pylist():
                 row += 1
-                yield row, _json_value(values, path, row, "the row")
+                yield row, _json_value(values, path, row, "", batch.schema)
     except FileNotFoundError:
         raise TaskFileError(f"{path}: task file not found") from None
     except (pyarrow.ArrowException, OSError) as exc:
@@ -106,8 +107,11 @@ def from_verl(row: Any, where: str, number: int) -> Any:
     return task
 
 
-def _json_value(value: Any, path: Path, row: int, where: str) -> Any:
-    """``value`` when a JSON task file could hold it, else TaskFileError naming the column."""
+def _json_value(value: Any, path: Path, row: int, field: str, kind: Any) -> Any:
+    """``value`` when a JSON task file could hold it, else TaskFileError naming its column by
+    its path (``meta.cost``, ``files[0]``; ``field`` "" for the row) and ``kind``, its type in
+    the Parquet schema's words (``timestamp[us]``; None where the schema names none)."""
+    where = f"column {field!r}" if field else "the row"
     if value is None or isinstance(value, (str, bool, int)):
         return value
     if isinstance(value, float):
@@ -116,9 +120,31 @@ def _json_value(value: Any, path: Path, row: int, where: str) -> Any:
                                 "(use a number or null)")
         return value
     if isinstance(value, dict):
-        return {str(k): _json_value(v, path, row, f"column {k!r}" if where == "the row" else where)
+        return {str(k): _json_value(v, path, row, f"{field}.{k}" if field else str(k), _field_type(kind, k))
                 for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_value(v, path, row, where) for v in value]
-    raise TaskFileError(f"{path}: row {row}: {where} holds a {type(value).__name__}, which a task "
-                        "cannot hold (text, numbers, booleans, lists and maps only)")
+        item = getattr(kind, "value_type", None)
+        return [_json_value(v, path, row, f"{field}[{n}]", item) for n, v in enumerate(value)]
+    kind = kind if kind is not None else _type_of(value)
+    said = f"a Parquet {kind}" if kind is not None else f"a {type(value).__name__} value"
+    raise TaskFileError(f"{path}: row {row}: {where} holds {said}, which a task cannot hold (a task holds "
+                        "JSON's values: a string, a number, true or false, null, a list or an object)")
+
+
+def _field_type(kind: Any, name: str) -> Any:
+    """The type the schema (or a struct type) ``kind`` gives its field ``name``; None when none."""
+    try:
+        return kind.field(name).type
+    except (AttributeError, KeyError, TypeError):
+        return None
+
+
+def _type_of(value: Any) -> Any:
+    """``value``'s Parquet type as pyarrow reads it (a map's entries, which the schema walk
+    does not reach); None when it names none."""
+    import pyarrow
+
+    try:
+        return pyarrow.scalar(value).type
+    except (pyarrow.ArrowException, TypeError, ValueError):
+        return None
