@@ -4,6 +4,7 @@ step that is no step, a get_batch behind the caller's own suspend(), get_batch f
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import Counter
@@ -263,6 +264,24 @@ def test_a_suspend_timeout_that_is_no_timeout_is_refused_and_changes_nothing(eng
             assert base._shared.gate.is_open
         assert len(train.get_batch(1, step=0, timeout=120)) == 1  # not behind a suspend of its own
     finally:
+        train.close()
+
+
+def test_a_suspend_abort_that_is_no_bool_is_refused_and_changes_nothing(engine):
+    """suspend(abort="no") (a flag read from a config file as text) was taken as True: it shut
+    the gate and ended every model request in flight at the server. Now a ConfigError naming
+    abort as the trainer wrote it, before anything changes."""
+    base, _, _ = engine
+    train = base.sibling(EnvManagerConfig(num_env_groups=1, group_size=1, tags=["FrozenLake"]), name="abort-args")
+    try:
+        for bad in ("no", "False", None, 2):
+            with pytest.raises(ConfigError, match=rf"suspend abort must be True or False, got {re.escape(repr(bad))}"):
+                train.suspend(abort=bad)
+            assert base._shared.gate.is_open
+        assert len(train.get_batch(1, step=0, timeout=120)) == 1  # not behind a suspend of its own
+    finally:
+        if not base._shared.gate.is_open:
+            train.resume(train.policy_version)
         train.close()
 
 

@@ -331,9 +331,12 @@ class RolloutScheduler(CheckedKeywords, Checkpoints, ChosenBatches, GroupGenerat
         """Stop new model requests (every scheduler of this engine) for a weight update; wait
         for those in flight, or with ``abort`` have them redone after ``resume``. Task clocks
         stop until ``resume``: waiting for the update is not an episode's time. ``timeout``
-        (seconds, or None): TimeoutError when requests outlast it, the gate left shut."""
+        (seconds, or None): TimeoutError when requests outlast it, the gate left shut.
+        ``abort`` is True or False (0, 1, numpy's bools): a ConfigError otherwise, the gate open."""
         self._check_open()
         check_timeout(timeout, "suspend")  # a ConfigError changes nothing: the gate stays open
+        if abort not in (True, False):  # "no" from a config file's text would abort every request
+            raise ConfigError(f"suspend abort must be True or False, got {abort!r}")
         self._shared.engine.hold_clocks(True)
         self._shared.suspension.suspended()  # a get_batch of this thread could never end
         self._shared.gate.suspend(abort=abort, timeout=timeout)
