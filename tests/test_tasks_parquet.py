@@ -89,7 +89,9 @@ def test_rows_in_our_own_columns_are_tasks_as_they_are(tmp_path):
 
 @pytest.mark.parametrize("rows, schema, message", [
     ([{"id": "a", "problem": "p", "answer": 1.0}, {"id": "b", "problem": "p", "answer": float("nan")}],
-     None, "row 2: column 'answer' holds nan, not a JSON number"),
+     None, "row 2: column 'answer' holds NaN, not a JSON number"),  # Python's "nan"
+    ([{"id": "a", "problem": "p", "answer": "1", "scores": [1.0, float("-inf")]}],
+     None, "row 1: column 'scores[1]' holds -Infinity, not a JSON number"),
     # a value no JSON task holds, said in the Parquet schema's words and by its path: it said
     # Python's type, "holds a bytes", "holds a datetime", of the top column
     ([{"id": "a", "problem": "p", "answer": "1", "blob": b"\x00\x01"}],

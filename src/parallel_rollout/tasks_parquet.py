@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .errors import TaskFileError
+from .task_json import as_written
 
 #: rows converted to Python at a time (a dataset of millions is not held twice)
 _BATCH_ROWS = 4096
@@ -116,7 +117,7 @@ def _json_value(value: Any, path: Path, row: int, field: str, kind: Any) -> Any:
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise TaskFileError(f"{path}: row {row}: {where} holds {value!r}, not a JSON number "
+            raise TaskFileError(f"{path}: row {row}: {where} holds {as_written(value)}, not a JSON number "
                                 "(use a number or null)")
         return value
     if isinstance(value, dict):
