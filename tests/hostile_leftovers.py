@@ -308,6 +308,17 @@ LEFTOVER_ROWS["rig_check_java_service_provider"] = (
 #: the same in a folder its user may enter but not list: the JVM opens the provider's file by name
 LEFTOVER_ROWS["rig_check_java_service_provider_unlisted"] = (
     [*LEFTOVER_ROWS["rig_check_java_service_provider"][0], "chmod 111 ~/META-INF/services"], JAVA_SOURCE_CHECK, False)
+#: java and javac by their paths, /usr/bin/java (a link to the JDK's bin/java) or the JDK's own
+#: ($JAVA_HOME/bin/javac), past the wrappers first on PATH: no front was there (a program whose real
+#: file is outside /usr/bin), and the answer's providers ran as before; a process VM fronts them too
+LEFTOVER_ROWS["rig_check_java_service_provider_by_path"] = (
+    LEFTOVER_ROWS["rig_check_java_service_provider"][0], JAVA_SOURCE_CHECK.replace("&& java ", "&& /usr/bin/java "), False)
+LEFTOVER_ROWS["rig_check_java_service_provider_by_real_path"] = (
+    LEFTOVER_ROWS["rig_check_java_service_provider"][0],
+    JAVA_SOURCE_CHECK.replace("&& java ", "&& $(readlink -f /usr/bin/java) "), False)
+LEFTOVER_ROWS["rig_check_javac_processor_by_real_path"] = (
+    LEFTOVER_ROWS["rig_check_javac_processor"][0],
+    JAVA_CHECK.replace("&& javac ", "&& $(dirname $(readlink -f /usr/bin/java))/javac "), False)
 #: rows that cannot run as nobody (tests/test_hostile_answers.py's nobody table), with why
 LEFTOVER_NOT_AS_NOBODY = {row: "a tmux server started in a sandbox run as nobody exits at once "
                                "here ('server exited unexpectedly'): no check of it can pass"
@@ -330,6 +341,8 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_make_target_left_makefile_null": "make", "rig_check_make_target_left_makefile_null_found": "make",
                      "rig_check_javac_processor": "javac", "rig_check_java_service_provider": "java",
                      "rig_check_java_service_provider_unlisted": "java",
+                     "rig_check_java_service_provider_by_path": "java",
+                     "rig_check_java_service_provider_by_real_path": "java", "rig_check_javac_processor_by_real_path": "javac",
                      "rig_check_proverc": "prove", "rig_check_cmake_registry": "cmake"}
 LEFTOVER_PROGRAMS.update(PYTHON_PROGRAMS)
 LEFTOVER_PROGRAMS.update(BY_PATH_PROGRAMS)
@@ -396,7 +409,9 @@ LEFTOVER_ADDRESS_SPACE = {
     **{row: "the JVM cannot start under RLIMIT_AS of 256 MB, a VM's memory bound "
             "without a memory cgroup (it reserves more address space for its code cache)"
        for row in ("rig_check_mavenrc", "rig_check_mvn_config", "rig_check_javac_processor",
-                   "rig_check_java_service_provider", "rig_check_java_service_provider_unlisted")},
+                   "rig_check_java_service_provider", "rig_check_java_service_provider_unlisted",
+                   "rig_check_java_service_provider_by_path", "rig_check_java_service_provider_by_real_path",
+                   "rig_check_javac_processor_by_real_path")},
     "rig_check_node_child": "node cannot start under RLIMIT_AS of 256 MB, a VM's memory bound without a memory cgroup",
     **{row: "npm's node cannot start under RLIMIT_AS of 256 MB, a VM's memory bound without a memory cgroup"
        for row in ("rig_check_npmrc", "rig_check_npm_workspace", "rig_check_npmrc_from_home",

@@ -84,8 +84,11 @@ def test_the_programs_of_usr_bin_work_as_the_hosts(base_dir, grading):  # noqa: 
                   "perl": "perl -MFile::Spec -e 'print File::Spec->catfile(qw(a b)), qq{\\n}'",
                   "make": "printf 'all:\\n\\techo made\\n' > /tmp/Makefile && make -s -C /tmp",
                   "node": "node -e 'console.log(require(\"path\").join(\"a\", \"b\"))'",
-                  "pytest": "cd /tmp && printf 'def test_x():\\n    pass\\n' > test_x.py && pytest -q -p no:cacheprovider test_x.py | tail -1"}
-        wanted = {"git": "1", "perl": "a/b", "make": "made", "node": "a/b", "pytest": "1 passed"}
+                  "pytest": "cd /tmp && printf 'def test_x():\\n    pass\\n' > test_x.py && pytest -q -p no:cacheprovider test_x.py | tail -1",
+                  # fronted where the JDK has it: by its name, /usr/bin/java and the JDK's own path
+                  "java": "d=$(mktemp -d) && echo 'class C { public static void main(String[] a) { System.out.println(6 * 7); } }'"
+                          " > $d/C.java && java $d/C.java && /usr/bin/java $d/C.java && $(readlink -f /usr/bin/java) $d/C.java"}
+        wanted = {"git": "1", "perl": "a/b", "make": "made", "node": "a/b", "pytest": "1 passed", "java": "42\n42\n42"}
         for program, command in checks.items():
             if shutil.which(program, path="/usr/bin") is None:
                 continue

@@ -46,9 +46,10 @@ answer's): the process VM's folder holds the package as bytecode alone (no folde
 as bytecode alone in the stdlib's zip, which python reads first.
 
 Left as it is: a program whose real file is of another name (``vi`` of ``vim.basic``, psql of
-pg_wrapper, ``npm`` of ``npm-cli.js``: a multi-call program, or one an alternative names), one
-whose real file is outside ``/usr/bin`` and ``/bin`` (java, javac, mvn: they find their homes by their
-paths), one that finds its own files beside it (:data:`FINDS_ITSELF`), a hard link in an image's
+pg_wrapper, ``npm`` of ``npm-cli.js``: a multi-call program, or one an alternative names), in an
+image one whose real file is outside ``/usr/bin`` and ``/bin`` (java, javac, mvn: they find their homes
+by their paths, which a move loses; a process VM's originals stay in the host's /usr, so it fronts
+them where they are, ``/usr/lib/jvm/…/bin/java``), one that finds its own files beside it (:data:`FINDS_ITSELF`), a hard link in an image's
 tarball, and python itself (the sitecustomize.py front leads a grading python to the rules; a
 front in python's place would move its ``sys.executable``).
 """
@@ -216,14 +217,19 @@ class Plan:
     originals: dict[str, str] = field(default_factory=dict)
 
 
-def plan(files: GuestFiles, python: str, programs: Iterable[str] | None = None) -> Plan:
-    """The fronts of the guest whose files are ``files`` and whose python is ``python``."""
+def plan(files: GuestFiles, python: str, programs: Iterable[str] | None = None, homes_kept: bool = False) -> Plan:
+    """The fronts of the guest whose files are ``files`` and whose python is ``python``.
+    ``homes_kept``: the originals stay where they are (a process VM's, links into :data:`HOST_USR`),
+    so a program whose real file is elsewhere under /usr (java and javac in the JDK's bin, mvn) is
+    fronted too: ``/usr/bin/java`` or ``$JAVA_HOME/bin/java`` by its path ran past the wrapper, and
+    loaded the answer's service providers from the home (a check that exits 3 passed)."""
     done = Plan()
     for name in fronted_programs() if programs is None else programs:
         real = next((r for r in (files.real(f"{folder}/{name}") for folder in PROGRAM_FOLDERS)
                      if files.is_program(r)), None)
+        in_bin = real is not None and files.real(os.path.dirname(real)) in map(files.real, PROGRAM_FOLDERS)
         if real is not None and os.path.basename(real) == name and real not in done.fronts \
-                and files.real(os.path.dirname(real)) in map(files.real, PROGRAM_FOLDERS) and name not in FINDS_ITSELF:
+                and (in_bin or homes_kept and real.startswith("/usr/")) and name not in FINDS_ITSELF:
             done.fronts[real] = PROGRAM_FRONT
             done.originals[f"{SYSTEM_ORIGINALS}/{name}"] = real
     site = _sitecustomize(files, python)
@@ -392,7 +398,7 @@ def current(folder: Path, python: str) -> bool:
 def _make(scratch: Path, python: str) -> None:
     """The folder's ``bin`` (laid over FRONTED), ``originals`` (at SYSTEM_ORIGINALS) and
     ``binds.json``: what the boots bind into them as it is."""
-    laid = plan(GuestFiles(), python)
+    laid = plan(GuestFiles(), python, homes_kept=True)
     bin_dir, originals = scratch / "bin", scratch / "originals"
     (originals / HOST_USR.rsplit("/", 1)[1]).mkdir(parents=True)
     bin_dir.mkdir()
