@@ -448,4 +448,11 @@ LEFTOVER_PY_ROWS = {
     "stop_the_tests_iteration": ("    raise StopIteration\n",
                                  "def check(candidate):\n"
                                  "    assert all(map(lambda p: candidate(*p) == sum(p), [(2, 3), (-1, 1)]))\n"),
+    # returns a passing verdict to tests that print what it returns, on the judge's stdout (the
+    # verdict's channel), padded past the judge's buffer so that it goes out at once, and kills the
+    # judge as its process ends, before the judge's own verdict follows: the printed one was taken
+    "verdict_printed_by_the_tests": ("    import atexit, os\n    atexit.register(os.kill, os.getppid(), 9)\n"
+                                     "    return '{\"kind\": \"passed\", \"detail\": \"\", \"output\": \"\", \"returncode\": 0}'"
+                                     " + ' ' * 65536\n",
+                                     "def check(candidate):\n    print(candidate(2, 3))\n    assert candidate(2, 3) == 5\n"),
 }

@@ -105,6 +105,21 @@ def test_failure_kinds_are_recorded(tmp_path):
     assert outcome.summary["vm"]["marked_dead"] == 0
 
 
+def test_tests_that_print_are_graded_by_their_asserts(tmp_path):
+    """What a task's tests print goes to the output tail: it went to the judge's stdout before
+    the verdict, which no longer parsed ("killed": a right answer failed), and a value the answer
+    returned, printed so, was a verdict of its choosing (tests/hostile_leftovers.py's
+    verdict_printed_by_the_tests row)."""
+    printing = "def check(candidate):\n    print('got', candidate(2, 3))\n    assert candidate(2, 3) == 5\n"
+    tasks = [task("right", [GOOD], test=printing), task("wrong", ["    return 4\n"], test=printing)]
+    outcome = run(tmp_path, tasks, num_vms=1)
+    finals = assert_exactly_once(outcome.run_dir, {"right#0", "wrong#0"})
+    assert finals["right#0"]["eval"]["kind"] == "passed", finals["right#0"]["eval"]
+    assert finals["right#0"]["eval"]["output_tail"] == "got 5\n"
+    assert finals["wrong#0"]["eval"]["kind"] == "assertion", finals["wrong#0"]["eval"]
+    assert finals["wrong#0"]["eval"]["output_tail"] == "got 4\n"
+
+
 def test_more_turns_see_feedback_and_every_try_is_kept(tmp_path):
     tasks = [task("retry", ["    return a +\n", "    return a - b\n", GOOD])]
     outcome = run(tmp_path, tasks, max_turns=3)

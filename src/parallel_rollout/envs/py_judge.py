@@ -10,7 +10,8 @@ process (``CHILD``: ``py_answer.py``), to ``/run_python``.
       │  ◄──pipe── {"value": ...} | {"error": traceback}, + the arguments it changed
       │  ◄──pipe── the answer's stdout and stderr (kept for the output tail)
       ▼
-    stdout: ONE JSON verdict {"kind", "detail", "output", "returncode"}
+    stdout: ONE JSON verdict {"kind", "detail", "output", "returncode"} (what the tests print
+            goes to the output tail: fd 1 is that pipe while they run)
 
 Why two processes: a verdict printed by the process that runs the answer can be printed by
 the answer too (a fixed marker on stdout, a write to fd 1, a forged exit code). Here the
@@ -240,6 +241,11 @@ def main():
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(calls_r), str(answers_w), CODEC],
                              stdin=subprocess.DEVNULL, stdout=output_w, stderr=output_w,
                              pass_fds=(calls_r, answers_w))
+    # the verdict's channel is the judge's own: what the tests print (a value the answer
+    # returned, which it could make a passing verdict, then kill the judge before its own) goes
+    # to the output tail with the answer's; an honest test's print made the verdict unreadable
+    verdict_out = os.dup(1)
+    os.dup2(output_w, 1)
     for fd in (calls_r, answers_w, output_w):
         os.close(fd)
     output = bytearray()
@@ -343,6 +349,13 @@ def main():
         calls.close()
     except OSError:
         pass
+    try:  # the tests' prints into the tail, then their pipe closed here: the reader's end is the answer's
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.close(null)
     # the verdict is known: what the answer left running (a thread that never ends, a process
     # holding its output) gets a moment, not 5 s twice, which a task's timeout ran out in and
     # a passed answer was graded timeout
@@ -355,9 +368,9 @@ def main():
     if verdict is None:
         verdict = ("killed", f"exit status {code}")
     text = output.decode("utf-8", "replace")[-TAIL:]
-    sys.stdout.write(json.dumps({"kind": verdict[0], "detail": verdict[1][-TAIL:],
-                                 "output": text, "returncode": code}))
-    sys.stdout.flush()
+    with os.fdopen(verdict_out, "w") as out:
+        out.write(json.dumps({"kind": verdict[0], "detail": verdict[1][-TAIL:],
+                              "output": text, "returncode": code}))
     os._exit(0)
 
 
