@@ -285,6 +285,23 @@ def test_a_suspend_abort_that_is_no_bool_is_refused_and_changes_nothing(engine):
         train.close()
 
 
+def test_a_metrics_prefix_that_is_no_str_is_refused_naming_prefix(engine):
+    """metrics(prefix=None) raised Python's "unsupported operand type(s) for +: 'NoneType' and
+    'str'" after a batch (and returned {} before one), naming no argument."""
+    base, _, _ = engine
+    train = base.sibling(EnvManagerConfig(num_env_groups=1, group_size=1, tags=["FrozenLake"]), name="metrics-args")
+    try:
+        for when in ("before a batch", "after one"):
+            for bad in (None, 1, b"val/"):
+                with pytest.raises(ConfigError, match=rf"metrics prefix must be a str, got {re.escape(repr(bad))}"):
+                    train.metrics(prefix=bad)
+            if when == "before a batch":
+                assert len(train.get_batch(1, step=0, timeout=120)) == 1
+        assert train.metrics(prefix="val/") and all(key.startswith("val/") for key in train.metrics(prefix="val/"))
+    finally:
+        train.close()
+
+
 def test_get_batch_from_two_threads_at_once_takes_turns(engine):
     """Two threads of a trainer ask one synchronous scheduler for batches of different sizes at
     once: each gets its own whole batch. The calls shared the scheduler's state, and the one

@@ -395,7 +395,10 @@ class RolloutScheduler(CheckedKeywords, Checkpoints, ChosenBatches, GroupGenerat
         """One flat dict of numbers for the last batch ``get_batch`` returned (per-tag counts
         and rewards, success rate, staleness by version lag, model vs env time, drops and
         failures since the batch before, tokens); see ``rl.metrics``. Empty before the first.
-        ``prefix`` goes before each key (``"val/"``: a sibling's beside training's in one log)."""
+        ``prefix`` goes before each key (``"val/"``: a sibling's beside training's in one log);
+        one that is no str is a ConfigError, before a batch too."""
+        if not isinstance(prefix, str):
+            raise ConfigError(f"metrics prefix must be a str, got {prefix!r}")
         with self._cond:
             last = self._last_batch
         return {prefix + key: value for key, value in batch_metrics(*last).items()} if last is not None else {}
