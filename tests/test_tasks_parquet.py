@@ -120,6 +120,20 @@ def test_a_bad_row_is_refused_naming_the_file_row_and_column(tmp_path, rows, sch
     assert not (out / "bad").exists()  # refused before anything ran
 
 
+def test_a_map_column_is_a_json_object(tmp_path):
+    """A Parquet map (pyarrow gives its entries as (key, value) pairs) is the object a JSON
+    task file writes: a Sokoban task's grid_vocab as map<string, string> was refused, "field
+    'grid_vocab' must be an object mapping a meaning to its symbol", a list of pairs."""
+    data = tmp_path / "boxes.parquet"
+    pq.write_table(pa.table({"id": ["b"], "mode": ["gym"], "game": ["Sokoban"], "dim_room": [[6, 6]], "num_boxes": [1],
+                             "grid_vocab": pa.array([[("wall", "W")]], type=pa.map_(pa.string(), pa.string()))}), data)
+    done = CliRunner().invoke(main, ["run", "--data", str(data), "--dry-run", "--no-progress"])
+    assert done.exit_code == 0, done.output
+    assert "runnable 1 of 1 tasks" in done.output, done.output
+    [task] = load_tasks(data, default_mode="gym", validators=task_validators())
+    assert task.payload["grid_vocab"] == {"wall": "W"}
+
+
 def test_a_file_that_is_not_parquet_or_no_pyarrow_is_a_clear_error(tmp_path, monkeypatch):
     broken = tmp_path / "broken.parquet"
     broken.write_bytes(b"PAR1 not really")

@@ -2,7 +2,8 @@
 
 A ``.parquet`` file given as ``--data`` is read row by row (pyarrow, the ``[parquet]`` extra,
 imported only then): each row is a task record, as one line of a JSONL file is, with its
-columns as the fields. A row in verl's layout is read as a ``math`` task::
+columns as the fields (a struct or a map an object, a list a list). A row in verl's layout
+is read as a ``math`` task::
 
     verl's row                                          the task
     data_source: "openai/gsm8k"                         tags: ["openai/gsm8k"]
@@ -123,6 +124,8 @@ def _json_value(value: Any, path: Path, row: int, field: str, kind: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): _json_value(v, path, row, f"{field}.{k}" if field else str(k), _field_type(kind, k))
                 for k, v in value.items()}
+    if isinstance(value, list) and hasattr(kind, "key_type"):  # a map: its (key, value) entries, an object
+        return {str(k): _json_value(v, path, row, f"{field}.{k}", kind.item_type) for k, v in value}
     if isinstance(value, (list, tuple)):
         item = getattr(kind, "value_type", None)
         return [_json_value(v, path, row, f"{field}[{n}]", item) for n, v in enumerate(value)]
