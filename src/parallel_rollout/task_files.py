@@ -29,12 +29,13 @@ from typing import Any, Container, Iterable
 from .config import NAMED_DATASETS
 from .errors import TaskFileError
 from .task_json import parse_json
-from .tasks_osworld import file_hint, is_osworld_folder
+from .tasks_osworld import DataSaid, cli_data, file_hint, is_osworld_folder
 from .tasks_parquet import parquet_mode
 
 
-def resolve_data(data: str) -> Path:
-    """The file behind ``--data``: a path, or a named dataset (``humaneval``)."""
+def resolve_data(data: str, data_said: DataSaid = cli_data) -> Path:
+    """The file behind ``--data``: a path, or a named dataset (``humaneval``); its refusals
+    say the setting as ``data_said`` does (a trainer's TaskSet.data)."""
     target = NAMED_DATASETS.get(data.lower())
     if target is None:
         path = Path(data)
@@ -44,13 +45,13 @@ def resolve_data(data: str) -> Path:
         # or of a file beside it (--data tasks.json where tasks.jsonl lies)
         close = close or ([] if path.exists() else [str(path.parent / name) for name in _misspelt(path)])
         if close:
-            raise TaskFileError(f"{path}: task file not found (did you mean --data {close[0]}?)")
+            raise TaskFileError(f"{path}: task file not found (did you mean {data_said(close[0])}?)")
         return path
     module_name, _, func = target.partition(":")
     try:
         return getattr(importlib.import_module(module_name), func)()
     except (FileNotFoundError, ModuleNotFoundError) as exc:
-        raise TaskFileError(f"--data {data}: {exc}") from None
+        raise TaskFileError(f"{data_said(data)}: {exc}") from None
 
 
 def _misspelt(path: Path) -> list[str]:
@@ -115,9 +116,9 @@ def mixed_modes(data: str, mode: str, known: Container[str]) -> str:
     return ""
 
 
-def file_records(path: Path) -> Iterable[tuple[int, Any]]:
+def file_records(path: Path, data_said: DataSaid = cli_data) -> Iterable[tuple[int, Any]]:
     """(line number, parsed JSON value) for every record of a .json or .jsonl file (or
-    their .gz)."""
+    their .gz); ``data_said``: the words of what named it, for a hint of what to give instead."""
     try:
         raw = path.read_bytes()
         if path.suffix == ".gz":
@@ -142,7 +143,7 @@ def file_records(path: Path) -> Iterable[tuple[int, Any]]:
         if isinstance(data, dict) and "tasks" in data:
             data = data["tasks"]
         if not isinstance(data, list):
-            hint = file_hint(path, data) or (ONE_OBJECT_HINT if isinstance(data, dict) else "")
+            hint = file_hint(path, data, data_said) or (ONE_OBJECT_HINT if isinstance(data, dict) else "")
             raise TaskFileError(f"{path}:1: a .json task file holds a list of task objects{hint}")
         # A JSON list has no line per task; report the item's position instead.
         for index, item in enumerate(data):

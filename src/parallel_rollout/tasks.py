@@ -21,7 +21,7 @@ from typing import Any, Callable, Container, Iterable, Mapping
 from .errors import ModeConflict, TaskFileError
 from .task_files import file_kind, file_records, resolve_data
 from .task_json import kinds_said, not_strings, value_said
-from .tasks_osworld import DEFAULT_INDEX, folder_records, missing_data
+from .tasks_osworld import DEFAULT_INDEX, DataSaid, cli_data, folder_records, missing_data
 from .tasks_parquet import parquet_records
 
 #: fields the Task model owns; everything else is the mode's payload
@@ -118,12 +118,13 @@ def load_tasks(
     domain: str = "all",
     index: str = DEFAULT_INDEX,
     mode_said: str | None = None,
+    data_said: DataSaid = cli_data,
 ) -> list[Task]:
     """Load and validate every task of ``path`` (a file, a named dataset, or an OSWorld
     folder filtered by ``domain``); TaskFileError on the first bad record, or listing every
-    unsupported task at once. ``mode_said``: as :func:`load_task_set`."""
+    unsupported task at once. ``mode_said``, ``data_said``: as :func:`load_task_set`."""
     task_set = load_task_set(path, default_mode=default_mode, validators=validators,
-                             domain=domain, index=index, mode_said=mode_said)
+                             domain=domain, index=index, mode_said=mode_said, data_said=data_said)
     if task_set.unsupported:
         raise TaskFileError(unsupported_message(task_set))
     return task_set.tasks
@@ -139,6 +140,7 @@ def load_task_set(
     mode_given: bool = True,
     given: Container[str] = (),
     mode_said: str | None = None,
+    data_said: DataSaid = cli_data,
 ) -> TaskSet:
     """Like :func:`load_tasks`, but an unsupported task is set aside (with every feature it
     lacks) instead of failing the load; a malformed one still does. ``mode_given``: whether
@@ -147,26 +149,27 @@ def load_task_set(
     of which ``domain`` and ``osworld_index`` (their defaults too: --domain all) a task file refuses;
     ``mode_said``: what set ``default_mode``, in the words a refusal of a task of another mode
     says after "but" (a trainer's ``tag 'sums' runs mode 'gym' (its TaskSet's mode)``), None for
-    the CLI's, ``--mode`` or its default."""
-    path = resolve_data(str(path))
+    the CLI's, ``--mode`` or its default; ``data_said``: the words of what named ``path``, alone or
+    with a value (the CLI's ``--data``, a trainer's ``TaskSet.data``)."""
+    path = resolve_data(str(path), data_said)
     domain_given, index_given = domain != "all" or "domain" in given, index != DEFAULT_INDEX or "osworld_index" in given
     if path.is_dir():
-        records = folder_records(path, domain, index)
+        records = folder_records(path, domain, index, data_said)
     elif not path.exists() and (domain_given or index_given or not path.suffix and (default_mode == "osworld"
                                                                                      or not mode_given)):
         # OSWorld's flags name a folder (a run.py line started from another folder), and so may
         # a path with no file's suffix
-        raise TaskFileError(missing_data(path, osworld=domain_given or index_given or default_mode == "osworld"))
+        raise TaskFileError(missing_data(path, domain_given or index_given or default_mode == "osworld", data_said))
     elif domain_given or index_given:
         flags = [f"--domain {domain}"] * domain_given + [f"--osworld-index {index}"] * index_given
         raise TaskFileError(f"{path}: {' and '.join(flags)} {'apply' if len(flags) > 1 else 'applies'} to an "
-                            "OSWorld folder given as --data, not to a task file")
+                            f"OSWorld folder given as {data_said()}, not to a task file")
     elif path.suffix == ".parquet":
         records = ((f"{path}: row {n}", raw, "all") for n, raw in parquet_records(path))
     elif file_kind(path) == ".json":
-        records = ((f"{path}: item {n}", raw, "all") for n, raw in file_records(path))
+        records = ((f"{path}: item {n}", raw, "all") for n, raw in file_records(path, data_said))
     else:
-        records = ((f"{path}:{n}", raw, "all") for n, raw in file_records(path))
+        records = ((f"{path}:{n}", raw, "all") for n, raw in file_records(path, data_said))
     run_mode_said = mode_said or _cli_mode_said(default_mode, mode_given)
     task_set = TaskSet([], [], {})
     seen: dict[str, str] = {}

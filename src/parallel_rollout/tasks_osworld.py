@@ -22,7 +22,7 @@ import difflib
 import glob
 import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from .config import DATA_KINDS
 from .errors import TaskFileError
@@ -31,6 +31,14 @@ from .task_json import as_written, parse_json
 #: OSWorld's index of every task; --osworld-index picks another (test_small.json …)
 DEFAULT_INDEX = "test_all.json"
 _LAYOUT = "OSWorld's layout: an index such as test_all.json + examples/<domain>/<id>.json"
+
+#: how the loader's messages say the setting that named the task data, alone or with a value
+DataSaid = Callable[..., str]
+
+
+def cli_data(value: Any = None) -> str:
+    """The CLI's words for it: ``--data``, ``--data tasks.jsonl`` (a trainer's TaskSet has its own)."""
+    return "--data" if value is None else f"--data {value}"
 
 
 def _index_shaped(value: Any) -> bool:
@@ -73,17 +81,17 @@ def _looks_like_examples(folder: Path) -> bool:
     return folder.name == "examples" and any(folder.glob("*/*.json"))
 
 
-def osworld_folder(folder: Path, index: str = DEFAULT_INDEX) -> tuple[Path, Path]:
+def osworld_folder(folder: Path, index: str = DEFAULT_INDEX, data_said: DataSaid = cli_data) -> tuple[Path, Path]:
     """(examples folder, index file) of an OSWorld checkout or its ``evaluation_examples``;
     an ``index`` that is not absolute is the folder's (``build_config`` makes one given as a
-    path from the current folder absolute)."""
+    path from the current folder absolute). ``data_said``: the words of what named the folder."""
     folder = _task_set_root(folder)
     if not (folder / "examples").is_dir() and _looks_like_examples(folder):
         raise TaskFileError(f"{folder}: this is the examples/ folder of an OSWorld task set; give the folder "
-                            f"that holds it and its indexes as --data: --data {folder.parent}")
+                            f"that holds it and its indexes as {data_said()}: {data_said(folder.parent)}")
     index_path = Path(index) if Path(index).is_absolute() else folder / index
     if not (folder / "examples").is_dir() and not index_files(folder) and not index_path.is_file():
-        raise TaskFileError(_no_task_set(folder))
+        raise TaskFileError(_no_task_set(folder, data_said))
     if not index_path.is_file():
         indexes = ", ".join(index_files(folder)) or "none"
         if Path(index).is_absolute():  # a path the user gave (OSWorld's --test_all_meta_path is made one)
@@ -95,7 +103,7 @@ def osworld_folder(folder: Path, index: str = DEFAULT_INDEX) -> tuple[Path, Path
     return folder, index_path
 
 
-def _no_task_set(folder: Path) -> str:
+def _no_task_set(folder: Path, data_said: DataSaid) -> str:
     """What a folder given as ``--data`` that holds no OSWorld task set is: empty, or files
     (task files among them: --data takes one of them)."""
     names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
@@ -103,12 +111,12 @@ def _no_task_set(folder: Path) -> str:
     layout = f"OSWorld task set (examples/ beside an index such as {DEFAULT_INDEX})"
     if files:
         return (f"{folder}: a folder of task files, not a task file, and no {layout}; give one of them: "
-                f"--data {folder / files[0]}")
+                f"{data_said(folder / files[0])}")
     what = "the folder is empty: no task file and" if not names else "no task file in this folder and"
-    return f"{folder}: {what} no {layout}; --data takes {DATA_KINDS}"
+    return f"{folder}: {what} no {layout}; {data_said()} takes {DATA_KINDS}"
 
 
-def missing_data(path: Path, osworld: bool) -> str:
+def missing_data(path: Path, osworld: bool, data_said: DataSaid = cli_data) -> str:
     """What a ``--data`` path that does not exist is said with when it names no file kind (no
     suffix): a folder's path (``osworld``: --mode osworld, or OSWorld's --domain or
     --osworld-index, was given), else a task file's or a folder's, and what each must be."""
@@ -116,8 +124,8 @@ def missing_data(path: Path, osworld: bool) -> str:
               f"path is from the current folder, {Path.cwd()}")
     if osworld:
         # --data as typed (cli_aliases.said_as_typed): OSWorld's --test_config_base_dir for its users
-        return f"{path}: no such folder (--data: {folder})"
-    return (f"{path}: no such task file or folder; --data takes {DATA_KINDS}. A task file is named with its "
+        return f"{path}: no such folder ({data_said()}: {folder})"
+    return (f"{path}: no such task file or folder; {data_said()} takes {DATA_KINDS}. A task file is named with its "
             f"suffix (.json, .jsonl, .parquet); an OSWorld folder, which runs as --mode osworld, is {folder}")
 
 
@@ -158,9 +166,10 @@ def _no_domain(index_path: Path, domain: str, known: list[str]) -> str:
     return f"--domain {domain!r}: {index_path} has no such domain{hint}; domains: {', '.join(known) or 'none'}"
 
 
-def _selected(folder: Path, domain: str, index: str) -> tuple[Path, Path, list[tuple[str, str]]]:
+def _selected(folder: Path, domain: str, index: str,
+              data_said: DataSaid = cli_data) -> tuple[Path, Path, list[tuple[str, str]]]:
     """(folder, index file, [(domain, task id)]) of what a run of ``domain`` reads."""
-    folder, index_path = osworld_folder(folder, index)
+    folder, index_path = osworld_folder(folder, index, data_said)
     ids = read_osworld_index(index_path)
     if domain != "all" and domain not in ids:
         raise TaskFileError(_no_domain(index_path, domain, sorted(ids)))
@@ -172,12 +181,13 @@ def _selected(folder: Path, domain: str, index: str) -> tuple[Path, Path, list[t
     return folder, index_path, selected
 
 
-def folder_records(folder: Path, domain: str, index: str = DEFAULT_INDEX) -> Iterable[tuple[str, Any, str]]:
+def folder_records(folder: Path, domain: str, index: str = DEFAULT_INDEX,
+                   data_said: DataSaid = cli_data) -> Iterable[tuple[str, Any, str]]:
     """(where, task, domain) for an OSWorld folder: the index (``test_all.json``) maps each
     domain to task ids, whose files are ``examples/<domain>/<id>.json``; ``domain`` picks
     one, or ``all``. A task file that is missing or no JSON is yielded as its TaskFileError,
-    so the load goes on and names every one."""
-    folder, index_path, selected = _selected(folder, domain, index)
+    so the load goes on and names every one. ``data_said``: the words of what named the folder."""
+    folder, index_path, selected = _selected(folder, domain, index, data_said)
     for name, task_id in selected:
         task_path = folder / "examples" / name / f"{task_id}.json"
         try:
@@ -212,17 +222,17 @@ def task_domain(folder: str | Path, task_id: str) -> str | None:
     return found[0].parent.name if found else None
 
 
-def file_hint(path: Path, value: Any) -> str:
-    """What to give instead when ``--data`` names one file of an OSWorld task set (a task,
-    an index) rather than its folder; "" for any other file."""
+def file_hint(path: Path, value: Any, data_said: DataSaid = cli_data) -> str:
+    """What to give instead when ``--data`` (said as ``data_said``) names one file of an OSWorld
+    task set (a task, an index) rather than its folder; "" for any other file."""
     if _index_shaped(value):
         root = path.parent
-        return (f"; {path.name} is an OSWorld index: give its folder as --data and it as --osworld-index: "
-                f"--data {root} --osworld-index {path.name}")
+        return (f"; {path.name} is an OSWorld index: give its folder as {data_said()} and it as --osworld-index: "
+                f"{data_said(root)} --osworld-index {path.name}")
     if isinstance(value, dict) and "evaluator" in value and "instruction" in value:
         domain_dir = path.parent
         root = domain_dir.parent.parent if domain_dir.parent.name == "examples" else None
-        where = f"--data {root}" if root is not None else "--data <the folder with examples/ and test_all.json>"
+        where = data_said(root if root is not None else "<the folder with examples/ and test_all.json>")
         return (f"; this is one OSWorld task: give the task set's folder ({where}), and to run only this task "
                 f"an index of your own, {{\"{domain_dir.name}\": [\"{path.stem}\"]}} in a .json file, as "
                 "--osworld-index")

@@ -151,6 +151,25 @@ def test_a_task_file_of_another_modes_tasks_names_the_tag(tmp_path, server, sche
     assert not (tmp_path / "out").exists()
 
 
+def test_a_task_folder_the_scheduler_cannot_load_says_taskset_data_in_its_words(tmp_path, server, schedulers):
+    """A tag whose data is an empty folder, or a folder of task files: the loader's "--data takes
+    …" and "give one of them: --data F" were rewritten into fields after the fact, and the words
+    after the flag taken for its value: "TaskSet.data='takes' a task file …"."""
+    from parallel_rollout.errors import TaskFileError
+    from parallel_rollout.rl import TaskSet
+
+    empty, files = tmp_path / "empty", tmp_path / "files"
+    empty.mkdir()
+    files.mkdir()
+    (files / "tasks.jsonl").write_text(json.dumps({"id": "t0"}) + "\n")
+    for folder, said in [(empty, "; TaskSet.data takes "), (files, f"give one of them: TaskSet.data={str(files / 'tasks.jsonl')!r}")]:
+        with pytest.raises(TaskFileError) as caught:
+            schedulers(rl_config(tmp_path, server, num_rollouts=1),
+                       EnvManagerConfig(group_size=2, tags=["lakes"], task_sets={"lakes": TaskSet("gym", str(folder))}))
+        assert said in str(caught.value) and "--" not in str(caught.value), str(caught.value)
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_engines_stop_on_a_full_disk_names_the_run_configs_fields(tmp_path, server, schedulers):
     """results.jsonl on a full disk (/dev/full): get_batch's RolloutError said "the rollout
     engine stopped: cannot write …: No space left on device; … rerun with --resume", a flag

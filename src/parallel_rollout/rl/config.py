@@ -27,14 +27,13 @@ import dataclasses
 import math
 import numbers
 import operator
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from ..config import RunConfig
 from ..config_checks import check_no_stray_fields, check_vm_sharing, validate_ranges
-from ..errors import ConfigError, TaskFileError
+from ..errors import ConfigError
 from ..setting_types import CheckedKeywords, check_fields
 
 
@@ -185,6 +184,11 @@ def _no_data(mode: str, config: EnvManagerConfig) -> str:
             f"give {', or '.join(fixes)}")
 
 
+def _taskset_data(value: Any = None) -> str:
+    """A TaskSet's data as the loader's messages say it: ``TaskSet.data``, ``TaskSet.data='humaneval'``."""
+    return "TaskSet.data" if value is None else f"TaskSet.data={str(value)!r}"
+
+
 def load_tasks_of(tag: str, task_set: TaskSet) -> list[Any]:
     """The tasks of one tag's set, validated; ConfigError/TaskFileError saying which tag."""
     from ..envs import task_validators
@@ -198,14 +202,10 @@ def load_tasks_of(tag: str, task_set: TaskSet) -> list[Any]:
         # tags=("8x8") is a string: its letters were the tags, and no task carried them
         raise ConfigError(f"tag {tag!r}: TaskSet.tags must be a tuple of tag names (one tag: ({task_set.tags!r},)), "
                           f"got {task_set.tags!r}")
-    try:
-        tasks = load_tasks(task_set.data, default_mode=task_set.mode, validators=task_validators(),
-                           mode_said=f"tag {tag!r} runs mode {task_set.mode!r} (its TaskSet's mode)")
-    except TaskFileError as exc:  # the loader's --data (a did-you-mean's too) is the tag's TaskSet's
-        exc.args = (re.sub(r"--(mode|data)(?: ([^\s?:;,()]+))?",
-                           lambda flag: f"TaskSet.{flag[1]}" + (f"={flag[2]!r}" if flag[2] else ""), str(exc)),
-                    *exc.args[1:])
-        raise
+    # the loader says the mode and the data as the tag's TaskSet sets them, not as the CLI's flags
+    tasks = load_tasks(task_set.data, default_mode=task_set.mode, validators=task_validators(),
+                       mode_said=f"tag {tag!r} runs mode {task_set.mode!r} (its TaskSet's mode)",
+                       data_said=_taskset_data)
     if task_set.tags:
         tasks = [t for t in tasks if set(task_set.tags) <= set(t.tags)]
     if task_set.limit:
