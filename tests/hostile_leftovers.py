@@ -128,6 +128,14 @@ LEFTOVER_ROWS["rig_check_npmrc"] = ([f"{NPM_SHELL} ~/.npmrc"], NPM_TEST, False)
 LEFTOVER_ROWS["rig_check_npm_workspace"] = ([f"{NPM_SHELL} /tmp/.npmrc && echo '{{\"workspaces\": [\"*\"]}}'"
                                              " > /tmp/package.json"], NPM_TEST, False)
 LEFTOVER_ROWS["rig_check_npmrc_from_home"] = ([f"{NPM_SHELL} ~/.npmrc"], "npm exec -c 'exit 3'", False)
+#: npm's scripts run with the node_modules/.bin of every folder above their package first on
+#: PATH: the answer's /tmp/node_modules/.bin/python3 (or the home's, for a check's package in the
+#: home) took a test script's `python3`, and tests that exit 3 passed; the wrappers refuse (126)
+NPM_PYTHON_TEST = ("echo '{\"scripts\": {\"test\": \"python3 -c \\\"raise SystemExit(3)\\\"\"}}' > $d/package.json"
+                   " && cd $d && npm test --silent")
+NPM_BIN = "mkdir -p {0}/node_modules/.bin && printf '#!/bin/sh\\nexit 0\\n' > {0}/node_modules/.bin/python3 && chmod +x {0}/node_modules/.bin/python3"
+LEFTOVER_ROWS["rig_check_npm_bin_above"] = ([NPM_BIN.format("/tmp")], "d=$(mktemp -d) && " + NPM_PYTHON_TEST, False)
+LEFTOVER_ROWS["rig_check_npm_bin_in_the_home"] = ([NPM_BIN.format("~")], "d=~/p && mkdir $d && " + NPM_PYTHON_TEST, False)
 LEFTOVER_ROWS.update(PYTHON_ROWS)
 LEFTOVER_ROWS.update(BY_PATH_ROWS)
 #: npm ran with its wrapper's folder off PATH, so the `node t.js` of a test script was the system's
@@ -332,7 +340,7 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_npmrc_from_home": "npm", "rig_check_npm_script_node": "npm", "rig_check_node_child": "node",
                      "rig_check_tmux_pane_program": "tmux", "rig_check_vim_filter": "vim",
                      "rig_check_valgrind_child": "valgrind", "rig_check_git_alias_child": "git", "rig_check_gdb_shell": "gdb",
-                     "rig_check_npm_home_package": "npm", "rig_check_gnumakefile": "make", "rig_check_makefile_of_a_dir": "make",
+                     "rig_check_npm_home_package": "npm", "rig_check_npm_bin_above": "npm", "rig_check_npm_bin_in_the_home": "npm", "rig_check_gnumakefile": "make", "rig_check_makefile_of_a_dir": "make",
                      "rig_check_gnumakefile_link": "make", "rig_check_makefile_of_a_long_dir": "make",
                      "rig_check_recursive_make": "make", "rig_check_makefile_copied_with_its_times": "make",
                      "rig_check_makefile_dated_ahead": "make", "rig_check_makefile_of_two_names": "make",
@@ -372,7 +380,11 @@ LEFTOVER_HONEST = {"mvn": "d=$(mktemp -d) && mkdir $d/.mvn && echo -v > $d/.mvn/
                    "npm": "d=$(mktemp -d) && echo '{\"scripts\": {\"test\": \"test -e package.json\"}}'"
                           " > $d/package.json && cd $d && npm test --silent"
                           # from a folder of the check's own package: npm runs the package's script
-                          " && mkdir $d/src && cd $d/src && npm test --silent",
+                          " && mkdir $d/src && cd $d/src && npm test --silent"
+                          # a program of the check's own node_modules/.bin above its package
+                          " && e=$(mktemp -d) && mkdir -p $e/node_modules/.bin $e/p && printf '#!/bin/sh\\nexit 0\\n'"
+                          " > $e/node_modules/.bin/ok && chmod +x $e/node_modules/.bin/ok"
+                          " && echo '{\"scripts\": {\"test\": \"ok\"}}' > $e/p/package.json && cd $e/p && npm test --silent",
                    # a project's own ./.proverc (-v: each test's lines), tests that pass from the home
                    "prove": "d=$(mktemp -d) && printf 'use Test::More tests => 1;\\nok(1);\\n' > $d/t.t && echo -v > $d/.proverc"
                             " && (cd $d && prove t.t | grep -qx 'ok 1') && cp $d/t.t ~/t.t && cd ~ && prove -Q t.t",
@@ -415,7 +427,8 @@ LEFTOVER_ADDRESS_SPACE = {
     "rig_check_node_child": "node cannot start under RLIMIT_AS of 256 MB, a VM's memory bound without a memory cgroup",
     **{row: "npm's node cannot start under RLIMIT_AS of 256 MB, a VM's memory bound without a memory cgroup"
        for row in ("rig_check_npmrc", "rig_check_npm_workspace", "rig_check_npmrc_from_home",
-                   "rig_check_npm_script_node", "rig_check_npm_home_package")}}
+                   "rig_check_npm_script_node", "rig_check_npm_home_package", "rig_check_npm_bin_above",
+                   "rig_check_npm_bin_in_the_home")}}
 
 #: py rows: name -> (the body of add(a, b), its tests), a wrong answer that tries to pass where
 #: its arguments cross to its process as values. This one changes the list it was given, which

@@ -47,6 +47,25 @@ elif [ "$package" != "$PWD" ]; then  # a package above: npm runs its scripts, re
     echo "${0##*/}: not run: ${package:-/}, a package the graded code could have made (its package.json or node_modules) above the current folder, would be the project npm runs, its scripts and its .npmrc (run npm in the folder of the package it tests, or name it with --prefix)" >&2
     exit 126
 fi
+# npm's scripts (npm test, npm run, npm exec -c) run with the node_modules/.bin of every folder
+# above the package first on PATH: the graded code's /tmp/node_modules/.bin/python3 (or the
+# home's, for a check's package in the home) took a test script's `python3`, and tests that exit
+# 3 passed. Not run (126) below such a folder holding a file the check did not make
+above=$package
+while [ -n "$above" ] && [ "$above" != / ]; do
+    above=${above%/*}
+    bin=$above/node_modules/.bin
+    for found in "$bin" "$bin"/* "$bin"/.[!.]* "$bin"/..?*; do
+        if [ "$found" = "$bin" ]; then  # a link, or a folder no one may list: the graded code's
+            if [ -L "$bin" ] || { [ -e "$bin" ] && { [ ! -r "$bin" ] || [ ! -x "$bin" ]; }; }; then break; fi
+        elif { [ -e "$found" ] || [ -L "$found" ]; } && ! made_by_the_check "$found"; then break; fi
+        found=
+    done
+    if [ -n "$found" ]; then
+        echo "${0##*/}: not run: $found, a program the graded code could have left, would be on the PATH of the package's scripts (npm puts the node_modules/.bin of each folder above ${package:-/} there): run it from a folder of the check's own" >&2
+        exit 126
+    fi
+done
 if ! grep -q '"workspaces"' "${package%/}/package.json" 2>/dev/null; then
     exec "$program" --workspaces=false "$@"
 fi
