@@ -133,6 +133,23 @@ def test_a_getter_without_a_field_it_needs_is_refused_naming_the_file_and_field(
             "of evaluator.func[1] (exact_match) needs the field 'path'") in text, text
 
 
+def test_a_func_list_item_that_is_no_name_is_named_by_its_path(tmp_path):
+    """A ``func`` list with an item that is no metric name (a null left by an edit) was refused
+    as "must be a metric name or a non-empty list of names", naming no item of a long list."""
+    from test_osworld_taskset import osworld_folder
+
+    rule = {"type": "rule", "rules": {"expected": "hi"}}
+    evaluator = {"func": ["exact_match", None], "expected": [rule, rule],
+                 "result": [{"type": "vm_command_line", "command": "echo hi"}] * 2}
+    folder = osworld_folder(tmp_path, {"null-func": {"domain": "os", "instruction": "x", "config": [],
+                                                     "evaluator": evaluator}}) / "evaluation_examples"
+    done = dry_run_here("--data", str(folder))
+    assert done.exit_code == EXIT_USAGE, done.output
+    text = " ".join(done.output.split())
+    assert (f"{folder / 'examples' / 'os' / 'null-func.json'}:1: task 'null-func': evaluator 'func' must be a "
+            "metric name or a non-empty list of names: evaluator.func[1] is null") in text, text
+
+
 def test_a_rule_its_metric_cannot_read_is_refused_naming_the_file_metric_and_key(tmp_path):
     """A rule getter's ``rules`` that lack a key the metric reads, or are of the wrong type,
     are the task file's mistake: they loaded, and every attempt's grading raised a KeyError

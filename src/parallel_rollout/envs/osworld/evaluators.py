@@ -12,7 +12,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-from ...task_json import kind_of
+from ...task_json import kind_of, value_said
 from ...tasks import MissingField
 from .getter_keys import FIELDS as GETTER_FIELDS, files_problem, key_problem
 from .getters import GETTERS
@@ -78,8 +78,12 @@ def _lists_problem(evaluator: dict) -> str | None:
     agree: one metric takes one of each, a list as many, in its order."""
     funcs = evaluator.get("func")
     if isinstance(funcs, list):
-        if not funcs or not all(isinstance(f, str) for f in funcs):
-            return "evaluator 'func' must be a metric name or a non-empty list of names"
+        if not funcs:
+            return "evaluator 'func' must be a metric name or a non-empty list of names, not an empty list"
+        index, item = next(((n, f) for n, f in enumerate(funcs) if not isinstance(f, str)), (None, None))
+        if index is not None:  # named as the other refusals name a metric of the list, evaluator.func[2]
+            return "evaluator 'func' must be a metric name or a non-empty list of names: " \
+                   f"evaluator.func[{index}] is {value_said(item)}"
         for name in ("result", "expected", "options"):
             value = evaluator.get(name)
             if value is not None and not isinstance(value, list):
