@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 
 from parallel_rollout.agents.oracle import OracleAgent
 from parallel_rollout.pool.providers.process import ProcessProvider
@@ -53,3 +54,13 @@ class WarnsAndDies(OracleAgent):
         """Warn, then die by SIGKILL (no clean-up, no flush)."""
         project_log.warning("last words before dying on task %s", task.id)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+class WarnsAndHangs(OracleAgent):
+    """Warns (a project's WARNING), then hangs: a worker actor whose lines no answer has taken
+    when its driver is killed (tests/test_ray_backend.py)."""
+
+    def reset(self, task) -> None:
+        """Warn, then sleep for ten minutes."""
+        project_log.warning("unsaid words of a killed driver's task %s", task.id)
+        time.sleep(600)

@@ -433,3 +433,41 @@ def test_the_last_words_of_a_worker_that_dies_on_its_own_are_in_run_log(cluster,
         proc.stderr[-3000:]
     logged = [line for line in (tmp_path / "dies" / "run.log").read_text().splitlines() if "last words" in line]
     assert len(logged) == 1 and f" WARNING worker {record['worker']} on node {record['node'][:8]} " in logged[0], logged
+
+
+def _stored_last_words(address: str) -> list[bytes]:
+    """The keys of the cluster's store of workers' last words (read without joining as a job)."""
+    from ray._raylet import GcsClient
+
+    from parallel_rollout.backends.ray_logs import LAST_WORDS_NS
+
+    return GcsClient(address=address).internal_kv_keys(b"", LAST_WORDS_NS.encode(), timeout=10)
+
+
+def test_a_killed_drivers_last_words_are_not_left_in_the_cluster_store(cluster, tmp_path):
+    """The CLI killed (SIGKILL) while its worker holds a warning no answer took: the next run
+    on the cluster does not say it (another run's) and leaves the store empty, the killed
+    run's lines with its own: the store does not grow run after run."""
+    cl, _ = cluster
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("hangs")])
+    cmd = _cli(tmp_path, cl.address, "killed", "--agent", "log_plugins:WarnsAndHangs")
+    cmd[cmd.index("--data") + 1] = str(data)
+    driver = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT / "tests")
+    try:
+        deadline = time.monotonic() + 180
+        while not _stored_last_words(cl.address) and driver.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _stored_last_words(cl.address), "the hanging worker's warning never reached the store"
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(timeout=30)
+    try:
+        proc = subprocess.run(_cli(tmp_path, cl.address, "next"), capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "unsaid words" not in proc.stderr + (tmp_path / "next" / "run.log").read_text()
+        assert _stored_last_words(cl.address) == [], "the killed run's last words are left in the cluster's store"
+    finally:  # the killed run's VMs, as the README says
+        sweep = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "vms", "sweep", "--backend", "ray",
+                                "--ray-address", cl.address, "--run-id", "killed"],
+                               capture_output=True, text=True, timeout=120)
+        assert sweep.returncode == 0, sweep.stderr[-2000:]

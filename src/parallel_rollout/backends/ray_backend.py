@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,7 +68,7 @@ from .ray_actors import TRAJECTORY_FILES, PoolActor, WorkerActor, mark_folder
 from .ray_cluster import check_reachable, connect, Sweeps, pinned, sweep_cluster, wait_ready, why
 from .ray_deaths import WorkerDeaths
 from .ray_head import HeadWatch, disconnect_lost
-from .ray_logs import LOG_LINES, said_on_driver
+from .ray_logs import LOG_LINES, forget_last_words, run_lines_key, said_on_driver
 from .ray_nodes import NodeWatch
 from .ray_pending import Pending
 from .ray_pools import Node, pools_stats, stop_pools
@@ -137,8 +136,8 @@ class RayBackend(WorkerTable, NodeWatch, WorkerDeaths):
         #: the words of whoever started the run, for the actors' warnings (``ray_logs``)
         self._rewrite: Any = None
         #: this engine's part of the cluster's store of workers' last words (another run's, or
-        #: this one's resumed, has its own)
-        self._lines_keys = uuid.uuid4().hex
+        #: this one's resumed, has its own), under its Ray job: known once connected
+        self._lines_keys = ""
         #: the nodes' sweeps of the run's leftovers, each before its pool and workers
         #: (and, where a node has its own pool, whether the provider can run there: the run's
         #: preflight checked only this host)
@@ -180,6 +179,8 @@ class RayBackend(WorkerTable, NodeWatch, WorkerDeaths):
             return self._lose_head()
         if not nodes:
             raise RuntimeError("the Ray cluster has no alive node")
+        self._lines_keys = run_lines_key()
+        forget_last_words(self._lines_keys)  # a killed driver's left, as this run's would be
         if spec.provider_cls is not None:  # leftovers of an earlier, killed run, on every node
             if (swept := self._sweeps.first(nodes, self._head)) is None:  # the head lost meanwhile
                 return self._lose_head()
@@ -375,6 +376,8 @@ class RayBackend(WorkerTable, NodeWatch, WorkerDeaths):
                         if self._head.lost:  # the run's head-loss path: the disconnect below disconnect_lost's
                             self._lose_head()
                 final_stats = self.pool_stats(final=True)  # a node that died as it swept: lost
+            if not self._head.lost:  # every actor killed: nothing of this run's is read after
+                forget_last_words(self._lines_keys)
         finally:
             if self._owns_ray:
                 self._owns_ray = False

@@ -43,6 +43,7 @@ import logging
 import logging.handlers
 import pickle
 import threading
+import uuid
 from typing import Any, Callable
 
 from ..logs import PROJECT_LOGGER, dispatch
@@ -139,6 +140,34 @@ def said_on_driver(records: list[Any] | None, rewrite: Callable[[str], str] | No
     for record in records or ():
         if isinstance(record, logging.LogRecord):
             dispatch(record, rewrite)
+
+
+def run_lines_key() -> str:
+    """On the driver, connected: a run's part of the store of last words, under its Ray job
+    (its driver's connection, whose death tells ``forget_last_words`` a killed driver's)."""
+    import ray
+
+    return f"{ray.get_runtime_context().get_job_id()}/{uuid.uuid4().hex}"
+
+
+def forget_last_words(run_key: str) -> None:
+    """On the driver, at a run's start and end: delete what the store holds of this run
+    (``run_key``'s: a worker never read, the head lost meanwhile) and of runs whose driver is
+    dead (killed: nothing read their workers' lines), so that it does not grow run after run.
+    Another live driver's are kept; a store that does not answer is left as it is."""
+    try:
+        store, space = _store(), LAST_WORDS_NS.encode()
+        if store is None or not (keys := store.internal_kv_keys(b"", space, timeout=LAST_WORDS_WAIT_S)):
+            return
+        jobs = store.get_all_job_info(skip_submission_job_info_field=True, skip_is_running_tasks_field=True,
+                                      timeout=LAST_WORDS_WAIT_S)
+        alive = {job.hex() for job, info in jobs.items() if not info.is_dead}
+        runs = {key.split(b":", 1)[0] for key in keys}
+        for run in runs:
+            if run == run_key.encode() or run.split(b"/", 1)[0].decode() not in alive:
+                store.internal_kv_del(run + b":", True, space, timeout=LAST_WORDS_WAIT_S)
+    except Exception:  # noqa: BLE001 - a head that does not answer: left for the next run to delete
+        pass
 
 
 def last_words(key: str | None) -> list[logging.LogRecord]:
