@@ -89,6 +89,17 @@ def test_a_plugin_modes_own_missing_field_refusal_says_the_file_gives_it_as_null
                        "reads as not given)")
 
 
+def test_a_plugin_modes_own_refusal_of_a_field_of_an_object_says_the_file_gives_it_as_null(tmp_path):
+    """An object's optional field given as null (``"given": {"n": null}``) is dropped before the
+    mode's validate_task sees it, as a field of the task's own is: its "missing field 'given.n'"
+    said nothing of the file's null."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [{"id": "d1", "given": {"n": 1}}, {"id": "d2", "given": {"n": None}}])
+    assert_usage_error(invoke(tmp_path, "--mode", "user_plugins:NestedWordsEnv", "--agent", "oracle", "--data",
+                              str(data)),
+                       tmp_path, f"{data}:2: task 'd2': missing field 'given.n' (the file gives 'given.n' as null, "
+                       "and null reads as not given)")
+
+
 # -- classes and modules that cannot run: refused before anything starts --------------------
 
 

@@ -53,6 +53,19 @@ class OwnWordsEnv(DoubleEnv):
             raise ValueError("missing field 'n'")
 
 
+class NestedWordsEnv(DoubleEnv):
+    """DoubleEnv whose ``n`` is in an object, ``{"given": {"n": 2}}``, an optional field of it
+    (``nested_fields``) refused in the mode's own words when missing."""
+
+    nested_fields = {"given": frozenset({"n"})}
+
+    @staticmethod
+    def validate_task(payload) -> None:
+        """given.n is given."""
+        if "n" not in payload.get("given", {}):
+            raise ValueError("missing field 'given.n'")
+
+
 class ModelAgent(Agent):
     """Asks its ModelClient (``self.model``) for the answer: --model, --base-url and
     --temperature are its settings as much as the openai agent's."""

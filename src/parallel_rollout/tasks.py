@@ -16,7 +16,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Container, Iterable, Mapping
+from typing import Any, Callable, Container, Iterable, Iterator, Mapping
 
 from .errors import ModeConflict, TaskFileError
 from .task_files import file_kind, file_records, resolve_data
@@ -346,10 +346,21 @@ def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Vali
 def _nulls_named(raw: Mapping[str, Any], payload: Mapping[str, Any], refusal: str) -> str:
     """What a mode's refusal in its own words leaves unsaid: that a field it names is given as
     null, which the mode never saw (null reads as not given): a plugin's "missing field 'n'" of
-    ``"n": null``. "" when it names none."""
-    named = [name for name, value in raw.items() if value is None and name not in payload and name not in CORE_FIELDS
-             and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", refusal)]
+    ``"n": null``, or an object's field by its path, "missing field 'reference.answer'". "" when
+    it names none."""
+    # a null the mode saw (a field it reads, kept) is its own to speak of: only the dropped ones
+    named = [path for path in _null_paths(raw) if path.split(".")[0] not in CORE_FIELDS
+             and not _null_at(payload, path) and re.search(rf"(?<![\w.]){re.escape(path)}(?!\w)", refusal)]
     return f" (the file gives {' and '.join(map(repr, named))} as null, and null reads as not given)" if named else ""
+
+
+def _null_paths(value: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
+    """The paths of the fields given as null in a record, an object's by its path (``reference.answer``)."""
+    for key, item in value.items():
+        if item is None:
+            yield f"{prefix}{key}"
+        elif isinstance(item, dict):
+            yield from _null_paths(item, f"{prefix}{key}.")
 
 
 def _given(raw: Mapping[str, Any], fields: Container[str] | None,
