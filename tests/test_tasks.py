@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import shell_task, write_tasks
+from conftest import OSWORLD_EXAMPLES, shell_task, write_tasks
 from parallel_rollout.cli import main
 from parallel_rollout.envs import task_validators
 from parallel_rollout.envs.registry import mode_names
@@ -327,6 +327,34 @@ def test_every_task_the_oracle_cannot_replay_is_named_at_once(tmp_path):
     assert "--agent oracle is the default (no --agent was given): give the agent to run them with: " \
            "--agent openai with --model, --agent command with --agent-cmd" in " ".join(done.output.split()), done.output
 
+
+
+def test_the_oracle_is_checked_on_the_tasks_limit_takes(tmp_path):
+    """--limit N runs the first N tasks, and only those need the agent's references: --limit 1
+    of a set whose later tasks have none was refused naming every one of them (OSWorld's 369
+    tasks with --limit 3: "298 tasks --agent oracle cannot run")."""
+    plain = [{k: v for k, v in shell_task(f"n{i}").items() if k != "reference"} for i in range(3)]
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("t0"), *plain])
+    base = ["--mode", "shell", "--data", str(data), "--agent", "oracle", "--output-dir", str(tmp_path / "out"),
+            "--no-progress", "--dry-run"]
+    taken = CliRunner().invoke(main, [*base, "--limit", "1"])
+    assert taken.exit_code == 0, taken.output
+    refused = CliRunner().invoke(main, [*base, "--limit", "2"])
+    assert refused.exit_code == 2 and "task 'n0' has no 'reference' commands" in refused.output, refused.output
+    assert "'n1'" not in refused.output and "'n2'" not in refused.output, refused.output
+
+
+@pytest.mark.skipif(OSWORLD_EXAMPLES is None, reason="OSWorld's task files are not at shared/osworld")
+def test_an_osworld_limit_needs_references_of_its_tasks_only(tmp_path):
+    """OSWorld's run.py flags with the default agent (the oracle) and --limit 3: of the first
+    three tasks of test_all.json one has no reference, and it alone is named."""
+    index = json.loads((OSWORLD_EXAMPLES / "test_all.json").read_text())
+    ids = [task_id for domain in index.values() for task_id in domain]
+    result = CliRunner().invoke(main, ["run", "--test_config_base_dir", str(OSWORLD_EXAMPLES), "--domain", "all",
+                                       "--limit", "3", "--result_dir", str(tmp_path / "out"), "--dry-run"])
+    assert result.exit_code == 2 and "has no 'reference' actions" in result.output, result.output
+    assert any(task_id in result.output for task_id in ids[:3]), result.output
+    assert not [task_id for task_id in ids[3:] if task_id in result.output], result.output
 
 def _raw(task_id: str, extra: str) -> str:
     """A good shell task's line with raw JSON text (``"k": v``) added inside its object."""

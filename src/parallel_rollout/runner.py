@@ -135,6 +135,8 @@ class Runner:
         self._skipped = [] if cfg.limit else [
             (sample, item.features) for item in task_set.unsupported
             for sample in expand([item.task], cfg.group_size)]
+        if cfg.limit:  # before the agent's check: a task --limit leaves out needs nothing of it
+            tasks = tasks[: cfg.limit]
         check_task = getattr(self.agent_cls, "check_task", None)
         if check_task is not None:  # every task the agent cannot run, named at once
             bad = []
@@ -150,8 +152,6 @@ class Runner:
                                   "to run them with: --agent openai with --model, --agent command with --agent-cmd, "
                                   "or your own --agent module:Class",)
                 raise error
-        if cfg.limit:
-            tasks = tasks[: cfg.limit]
         for line in answer_like_warnings(tasks, self.agent_cls):
             log.warning("%s", line)
         plugin_call(f"mode {cfg.mode!r}: prepare_run", self.env_cls.prepare_run, tasks)
