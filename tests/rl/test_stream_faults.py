@@ -13,7 +13,7 @@ import pytest
 
 from llm_server import llm_server  # noqa: F401 - fixture
 from parallel_rollout.agents import ModelClient
-from parallel_rollout.agents.episode import ModelUnavailable
+from parallel_rollout.agents.episode import AgentError, ModelUnavailable
 from parallel_rollout.config import RunConfig
 from parallel_rollout.policy_gate import PolicyGate
 from parallel_rollout.rl.segments import build_segments
@@ -83,6 +83,19 @@ def test_a_chunk_without_logprobs_leaves_nan_on_its_own_tokens_only(gate, llm_se
     [segment] = build_segments([reply.turn])
     assert segment.logprobs[:5] == [0.0, 0.0, 0.0, -0.1, -0.2]
     assert all(math.isnan(lp) for lp in segment.logprobs[5:])
+
+
+@pytest.mark.parametrize("logprobs", [[-0.1, -0.2], "-0.1 -0.2", -0.3], ids=["bare-list", "str", "number"])
+def test_logprobs_of_no_known_shape_are_refused_not_read_as_none(gate, llm_server, logprobs):
+    """A chunk's ``logprobs`` that is neither null nor an object (a bare list of numbers, a
+    string) was read as ``null``: NaN on every token, the member a success, as though the
+    server had sent none. Now the request fails naming the field, as logprobs that are no
+    numbers do (the server's format: not retried)."""
+    part = {**choice("<answer>", [10, 11], None, "stop"), "logprobs": logprobs}
+    server = llm_server(script=[stream(part), stream(part)])
+    with pytest.raises(AgentError, match=r"the model server's choices\[0\]\.logprobs is neither null nor an object"):
+        _client(server, gate).chat(USER)
+    assert len(server.requests) == 1 and gate.in_flight == 0
 
 
 @pytest.mark.parametrize("gated", [True, False], ids=["whole-answer-to-a-stream", "not-streamed"])

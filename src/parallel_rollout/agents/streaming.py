@@ -271,9 +271,14 @@ LOGPROB_SLACK = 1e-4
 
 def _chunk_logprobs(logprobs: Any) -> list[float | None] | None:
     """A choice's logprobs (chat's ``content`` or completions' ``token_logprobs``), checked
-    (``logprobs_of``); None when it has none (``logprobs: null``)."""
-    if not isinstance(logprobs, dict):
+    (``logprobs_of``); None when it has none (``logprobs: null``). Anything else (a bare list,
+    a string) is no shape the APIs send: read as null it made every token's logprob NaN."""
+    if logprobs is None:
         return None
+    if not isinstance(logprobs, dict):
+        raise AgentError("the model server's choices[0].logprobs is neither null nor an object (chat's "
+                         "{'content': [...]}, completions' {'token_logprobs': [...]}): "
+                         f"{json.dumps(logprobs)[:200]}")
     if isinstance(logprobs.get("content"), list):  # chat
         return logprobs_of([item.get("logprob") for item in logprobs["content"] if isinstance(item, dict)],
                            "choices[0].logprobs.content")
