@@ -140,24 +140,53 @@ def test_a_lock_held_from_another_pid_namespace_is_seen_held(tmp_path):
     assert not (run_dir / "results.jsonl").exists()
 
 
-def test_a_concurrent_run_refuses_a_second_run(tmp_path):
-    """A real first run in a subprocess, the second in-process while it works."""
-    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("slow", reference=["sleep 3", "touch ~/slow.done"])])
-    out = tmp_path / "out"
+def started_run(data: Path, out: Path) -> subprocess.Popen:
+    """A run of ``data`` as out/r in a subprocess, once its folder is open (run.log there)."""
     first = subprocess.Popen(
         [sys.executable, str(ROOT / "run_parallel_rollout.py"), "--mode", "shell", "--data", str(data),
          "--num-rollouts", "1", "--output-dir", str(out), "--run-id", "r", "--no-progress"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 30
+    while not (out / "r" / "run.log").exists():
+        assert first.poll() is None, first.communicate()[0]
+        assert time.monotonic() < deadline, "the first run never started"
+        time.sleep(0.05)
+    return first
+
+
+def test_a_concurrent_run_refuses_a_second_run(tmp_path):
+    """A real first run in a subprocess, the second in-process while it works."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("slow", reference=["sleep 3", "touch ~/slow.done"])])
+    out = tmp_path / "out"
+    first = started_run(data, out)
     try:
-        deadline = time.monotonic() + 30
-        while not (out / "r" / "run.log").exists():
-            assert first.poll() is None, first.communicate()[0]
-            assert time.monotonic() < deadline, "the first run never started"
-            time.sleep(0.05)
         result = cli(tmp_path, data)
         assert first.poll() is None, "the first run ended before the second was tried"
         assert result.exit_code == 75  # EX_TEMPFAIL
         assert "lock is held" in result.output
+    finally:
+        output, _ = first.communicate(timeout=60)
+    assert first.returncode == 0, output
+    assert_exactly_once(out / "r", {"slow#0"})
+
+
+def test_a_run_whose_lock_file_was_deleted_still_refuses_a_second_run(tmp_path):
+    """A cleanup that deletes the run folder's .lock while the run goes on (`find -name .lock
+    -delete`, a tmp cleaner): a second run of the run id made a new .lock, took it, and ran
+    every sample the first had not finished yet a second time (130 of 164 final records twice
+    in a humaneval run). The run folder itself is locked too: the second run exits 75."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("slow", reference=["sleep 10", "touch ~/slow.done"])])
+    out = tmp_path / "out"
+    first = started_run(data, out)
+    try:
+        (out / "r" / ".lock").unlink()
+        second = subprocess.run(
+            [sys.executable, "-m", "parallel_rollout", "run", "--mode", "shell", "--data", str(data),
+             "--num-rollouts", "1", "--output-dir", str(out), "--run-id", "r", "--resume", "--no-progress"],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 75, second.stderr
+        said = " ".join(second.stderr.split())
+        assert f"another run (pid {first.pid}, running since " in said and "lock is held" in said, said
     finally:
         output, _ = first.communicate(timeout=60)
     assert first.returncode == 0, output

@@ -21,8 +21,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import filelock
-
 from .config import RunConfig
 from .config_checks import PYTHON_CALL
 from .errors import ConfigError
@@ -32,7 +30,7 @@ from .records import sample_ends
 from .report.files import write_text_whole
 from .report.run_data import RUN_FILES
 from .results import ResultStore, ResumeIndex, StorageError, read_records
-from .run_lock import lock_run_folder, run_folder_locked
+from .run_lock import FolderLock, lock_run_folder, run_folder_locked
 from .run_end import read_summary
 
 log = logging.getLogger("parallel_rollout")
@@ -57,7 +55,7 @@ class RunFolder:
         #: sample key -> the record that ended it, as ``describe`` read them
         self.finals: dict[str, dict[str, Any]] = {}
 
-    def open(self, keys: set[str], model_recorded: bool) -> tuple[filelock.BaseFileLock, ResultStore, ResumeIndex]:
+    def open(self, keys: set[str], model_recorded: bool) -> tuple[FolderLock, ResultStore, ResumeIndex]:
         """Lock the run folder, check a resume against it and read its results (``keys``:
         this run's samples; ``model_recorded``: the agent takes the model settings, which
         config.json then records); config.json is written only once all of that passed."""
