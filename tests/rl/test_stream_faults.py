@@ -101,10 +101,11 @@ def test_logprobs_of_no_known_shape_are_refused_not_read_as_none(gate, llm_serve
 @pytest.mark.parametrize("gated", [True, False], ids=["whole-answer-to-a-stream", "not-streamed"])
 def test_a_whole_reply_whose_logprobs_do_not_pair_with_its_ids_is_malformed_too(gate, llm_server, gated):
     """A whole completions reply (a server that ignores stream=true, or generate() outside a
-    gate) with 2 ids and 1 logprob reached the turn as it came: segments() raised later."""
+    gate) with 2 ids and 1 logprob reached the turn as it came: segments() raised later. The
+    error says the reply, not a "stream chunk 1" of a reply that was no stream."""
     step = {"reply": "ab", "token_ids": [7, 8], "logprobs": [-0.3], "ignore_stream": True}
     server = llm_server(script=[step, step])
-    with pytest.raises(ModelUnavailable, match=r"holds 2 token id\(s\) .* and 1 logprob\(s\)"):
+    with pytest.raises(ModelUnavailable, match=r"the model server's reply holds 2 token id\(s\) .* and 1 logprob\(s\)"):
         _client(server, gate if gated else None).generate([1, 2, 3])
     assert len(server.requests) == 2
 

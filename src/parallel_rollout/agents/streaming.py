@@ -189,6 +189,8 @@ class StreamedReply:
     tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
     #: the choices folded in (what a MalformedChunk names)
     chunks: int = 0
+    #: a whole (not streamed) reply, read as one chunk: a MalformedChunk names the reply
+    whole: bool = False
     #: the finishing choice's ``{"matched_stop": …}`` (``calls.matched_stop_of``)
     matched: dict[str, Any] = field(default_factory=dict)
 
@@ -226,8 +228,8 @@ class StreamedReply:
         elif ids is not None and len(self.logprobs) != len(self.token_ids):
             why = "token ids, where an earlier chunk had logprobs without token ids"
         if why:
-            raise MalformedChunk(f"the model server's stream chunk {self.chunks} holds {why}: its token ids and "
-                                 "logprobs do not pair up")
+            where = "reply" if self.whole else f"stream chunk {self.chunks}"
+            raise MalformedChunk(f"the model server's {where} holds {why}: its token ids and logprobs do not pair up")
         if ids is None:
             self.logprobs.extend(logprobs or [])
             return
@@ -354,7 +356,7 @@ def whole_reply(chunk: dict[str, Any]) -> StreamedReply:
                                     if isinstance(call, dict)]}
             choice = {**{k: v for k, v in choice.items() if k != "message"}, "delta": delta}
         choices.append(choice)
-    reply = StreamedReply()
+    reply = StreamedReply(whole=True)
     reply.add({**chunk, "choices": choices})
     return reply
 

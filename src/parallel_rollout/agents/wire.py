@@ -258,7 +258,7 @@ class Wire:
         if not isinstance(sampled, list):
             raise TokenIdsNotReturned(NO_IDS_FOR_IDS)
         # checked as a streamed reply's are (one chunk): they go into a trainer's tensors as they are
-        whole = streaming.StreamedReply()
+        whole = streaming.StreamedReply(whole=True)
         whole.add({"prompt_token_ids": data.get("prompt_token_ids"),
                    "choices": [{**{k: v for k, v in choice.items() if k != "text"}, "index": 0}]})
         info = {**self._prompt_seen(whole.prompt_token_ids), "token_ids": whole.token_ids,
