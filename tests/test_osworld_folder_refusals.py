@@ -153,3 +153,21 @@ def test_an_index_alone_in_no_folder_names_test_all_meta_path_as_typed(tmp_path,
     assert (f"--test_all_meta_path {index}: no such folder {tmp_path / 'no' / 'such'} (without "
             f"--test_config_base_dir, the index's folder is the task set's") in said(done), said(done)
     assert "--data" not in said(done), said(done)
+
+
+@pytest.mark.parametrize("holds, says", [
+    ({}, "the folder is empty"),
+    ({"a.jsonl": '{"id": "t", "mode": "shell", "check": "true"}\n'}, "its task files run as --data: --data ABS/a.jsonl"),
+], ids=["empty", "task files"])
+def test_an_index_alone_in_a_folder_without_a_task_set_names_test_all_meta_path_as_typed(tmp_path, holds, says):
+    """`--test_all_meta_path DIR/test_all.json` alone, DIR there and holding no task set, was told
+    'DIR: the folder is empty: … --data takes …', of a flag the line never typed."""
+    (tmp_path / "set").mkdir()
+    for name, text in holds.items():
+        (tmp_path / "set" / name).write_text(text)
+    done = run_cli("--test_all_meta_path", "set/test_all.json", "--dry-run", *MODEL_AGENT, "--model", "m", cwd=tmp_path)
+    assert done.returncode == EXIT_USAGE, said(done)
+    assert (f"--test_all_meta_path set/test_all.json: no such file, and no OSWorld task set in its folder "
+            f"{tmp_path / 'set'}: {says.replace('ABS', str(tmp_path / 'set'))} (without --test_config_base_dir, the "
+            "index's folder is the task set's") in said(done), said(done)
+    assert "--data takes" not in said(done), said(done)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from pathlib import Path
 
 import click
 
@@ -128,16 +129,32 @@ def translate_osworld_flags(args: list[str], aliases: dict[str, str] | None = No
         out.append(f"{new}{eq}{value}" if eq else new)
     if index_path and not has_data:
         data = os.path.dirname(os.path.abspath(index_path))
-        if not os.path.isdir(data):  # the core would say it of --data, which this line never typed
+        problem = _index_folder_problem(data, index_path)
+        if problem:  # the core would say it of --data, which this line never typed
             raise click.UsageError(
-                f"--test_all_meta_path {index_path}: no such folder {data} (without --test_config_base_dir, the "
-                f"index's folder is the task set's: examples/ beside the index; a relative path is from the "
-                f"current folder, {os.getcwd()})")
+                f"--test_all_meta_path {index_path}: {problem} (without --test_config_base_dir, the index's folder "
+                f"is the task set's: examples/ beside the index; a relative path is from the current folder, "
+                f"{os.getcwd()})")
         out.append(f"--data={data}")
     if one_task is not None:
         raise click.UsageError(f"--specific_task_id (OSWorld's run.py) has no equivalent here: "
                                f"{_one_task_advice(one_task, data, data_flag)}")
     return out, {flag: spelled for flag, spelled in typed.items() if spelled != flag}
+
+
+def _index_folder_problem(folder: str, index_path: str) -> str | None:
+    """Why the folder of ``--test_all_meta_path``, given alone, is no task set's: not there,
+    or there and holding no task set (empty, or task files to give as --data); else None."""
+    from .tasks_osworld import folder_files, holds_no_task_set
+
+    if not os.path.isdir(folder):
+        return f"no such folder {folder}"
+    if not holds_no_task_set(Path(folder), Path(os.path.abspath(index_path))):
+        return None
+    names, files = folder_files(Path(folder))
+    what = (f"its task files run as --data: --data {Path(folder) / files[0]}" if files
+            else "the folder is empty" if not names else "it holds no index, no examples/ and no task file")
+    return f"no such file, and no OSWorld task set in its folder {folder}: {what}"
 
 
 def _one_task_advice(task_id: str, data: str | None, data_flag: str) -> str:

@@ -90,7 +90,7 @@ def osworld_folder(folder: Path, index: str = DEFAULT_INDEX, data_said: DataSaid
         raise TaskFileError(f"{folder}: this is the examples/ folder of an OSWorld task set; give the folder "
                             f"that holds it and its indexes as {data_said()}: {data_said(folder.parent)}")
     index_path = Path(index) if Path(index).is_absolute() else folder / index
-    if not (folder / "examples").is_dir() and not index_files(folder) and not index_path.is_file():
+    if holds_no_task_set(folder, index_path):
         raise TaskFileError(_no_task_set(folder, data_said))
     if not index_path.is_file():
         indexes = ", ".join(index_files(folder)) or "none"
@@ -103,11 +103,23 @@ def osworld_folder(folder: Path, index: str = DEFAULT_INDEX, data_said: DataSaid
     return folder, index_path
 
 
+def holds_no_task_set(folder: Path, index_path: Path) -> bool:
+    """Whether ``folder`` (an OSWorld checkout or its evaluation_examples) holds no OSWorld
+    task set: no examples/, no index, and ``index_path`` is not there."""
+    folder = _task_set_root(folder)
+    return not (folder / "examples").is_dir() and not index_files(folder) and not index_path.is_file()
+
+
+def folder_files(folder: Path) -> tuple[list[str], list[str]]:
+    """The names a folder holds (not hidden ones), and those of them that name a task file."""
+    names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+    return names, [name for name in names if name.endswith((".json", ".jsonl", ".json.gz", ".jsonl.gz", ".parquet"))]
+
+
 def _no_task_set(folder: Path, data_said: DataSaid) -> str:
     """What a folder given as ``--data`` that holds no OSWorld task set is: empty, or files
     (task files among them: --data takes one of them)."""
-    names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
-    files = [name for name in names if name.endswith((".json", ".jsonl", ".json.gz", ".jsonl.gz", ".parquet"))]
+    names, files = folder_files(folder)
     layout = f"OSWorld task set (examples/ beside an index such as {DEFAULT_INDEX})"
     if files:
         return (f"{folder}: a folder of task files, not a task file, and no {layout}; give one of them: "
