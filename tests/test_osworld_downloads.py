@@ -267,3 +267,25 @@ def test_the_cache_takes_only_the_http_urls_a_run_downloads(tmp_path, args, said
     assert done.returncode == 2 and said in done.stderr and "osworld-cache missing DATA lists" in done.stderr, \
         done.stderr
     assert not (tmp_path / "cache").exists()
+
+
+def test_the_cache_listings_refusals_say_its_data_argument_not_runs_flag(tmp_path):
+    """`osworld-cache missing` takes the data as its DATA argument; its refusals of the
+    examples/ folder, one task's file, an index file or a path that is not there said "give …
+    as --data: --data FOLDER", a flag the command refuses ("unrecognized arguments")."""
+    import os
+    import subprocess
+    import sys
+
+    from readme_support import one_download_task_folder
+
+    folder, _ = one_download_task_folder(tmp_path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), downloads.CACHE_ENV: str(tmp_path / "cache")}
+    for data, said in [(folder / "examples", f"as DATA: {folder}"),
+                       (folder / "examples" / "os" / "t1.json", f"the task set's folder ({folder})"),
+                       (folder / "test_all.json", f"as DATA and it as --osworld-index: {folder} --osworld-index"),
+                       (tmp_path / "nothere", "no such folder (DATA: ")]:
+        done = subprocess.run([sys.executable, "-m", "parallel_rollout", "osworld-cache", "missing", str(data)],
+                              capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+        assert done.returncode == 2 and said in done.stderr, (data, done.stderr)
+        assert "--data" not in done.stderr, (data, done.stderr)

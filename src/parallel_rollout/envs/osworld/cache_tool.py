@@ -26,6 +26,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from ...config import build_config
 from ...errors import ConfigError, TaskFileError
@@ -37,6 +38,11 @@ from .sources import task_sources
 
 #: the command's name under the CLI's program
 COMMAND = "osworld-cache"
+
+
+def _data_said(value: Any = None) -> str:
+    """The loader's words for the data, this command's DATA argument (``--data`` is the run's flag)."""
+    return "DATA" if value is None else str(value)
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
@@ -81,7 +87,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         try:  # the run's settings as the run makes them (--osworld-index a path from here, or the folder's)
             cfg = build_config({"mode": "osworld", "data": args.data, "osworld_index": args.index, "domain": args.domain})
             task_set = load_task_set(cfg.data, default_mode="osworld", validators=task_validators(),
-                                     domain=cfg.domain, index=cfg.osworld_index)
+                                     domain=cfg.domain, index=cfg.osworld_index, data_said=_data_said)
         except (ConfigError, TaskFileError) as exc:
             print(f"{name}: {exc}", file=sys.stderr)
             return 2
