@@ -98,6 +98,15 @@ def test_logprobs_of_no_known_shape_are_refused_not_read_as_none(gate, llm_serve
     assert len(server.requests) == 1 and gate.in_flight == 0
 
 
+def test_an_empty_logprobs_list_on_a_chunk_without_tokens_is_none(gate, llm_server):
+    """An empty list where a chunk samples nothing (a role chunk) holds no logprob to lose:
+    read as null, as before the check above; the tokens' own logprobs come through."""
+    empty = {**choice("", None, None), "logprobs": []}
+    server = llm_server(script=[stream(empty, choice("<answer>", [10, 11], [-0.1, -0.2], "stop"))])
+    reply = _client(server, gate).chat(USER)
+    assert reply.token_ids == [10, 11] and reply.logprobs == [-0.1, -0.2]
+
+
 @pytest.mark.parametrize("gated", [True, False], ids=["whole-answer-to-a-stream", "not-streamed"])
 def test_a_whole_reply_whose_logprobs_do_not_pair_with_its_ids_is_malformed_too(gate, llm_server, gated):
     """A whole completions reply (a server that ignores stream=true, or generate() outside a

@@ -273,9 +273,10 @@ LOGPROB_SLACK = 1e-4
 
 def _chunk_logprobs(logprobs: Any) -> list[float | None] | None:
     """A choice's logprobs (chat's ``content`` or completions' ``token_logprobs``), checked
-    (``logprobs_of``); None when it has none (``logprobs: null``). Anything else (a bare list,
-    a string) is no shape the APIs send: read as null it made every token's logprob NaN."""
-    if logprobs is None:
+    (``logprobs_of``); None when it has none (``logprobs: null``, or an empty list: nothing to
+    lose). Anything else (a bare list of numbers, a string) is no shape the APIs send: read as
+    null it made every token's logprob NaN."""
+    if logprobs is None or logprobs == []:
         return None
     if not isinstance(logprobs, dict):
         raise AgentError("the model server's choices[0].logprobs is neither null nor an object (chat's "
