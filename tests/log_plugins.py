@@ -64,3 +64,15 @@ class WarnsAndHangs(OracleAgent):
         """Warn, then sleep for ten minutes."""
         project_log.warning("unsaid words of a killed driver's task %s", task.id)
         time.sleep(600)
+
+
+class WarnsAndKillsItsPool(ProcessProvider):
+    """The process provider, whose boot of a VM of the second node's pool (``n1-vm-*``) warns,
+    then kills its own process, the pool actor's (tests/test_ray_backend.py)."""
+
+    def start(self, vm_id: str):
+        """Warn and die on the second node; boot the sandbox elsewhere."""
+        if vm_id.startswith("n1-"):
+            project_log.warning("last words of the pool booting %s", vm_id)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().start(vm_id)

@@ -471,3 +471,23 @@ def test_a_killed_drivers_last_words_are_not_left_in_the_cluster_store(cluster, 
                                 "--ray-address", cl.address, "--run-id", "killed"],
                                capture_output=True, text=True, timeout=120)
         assert sweep.returncode == 0, sweep.stderr[-2000:]
+
+
+def test_the_last_words_of_a_pool_that_dies_on_its_own_are_in_run_log(cluster, tmp_path):
+    """A provider that warns as it boots, then kills its own process, the second node's pool
+    actor: the warning, logged since the pool's last report, is in run.log and on the console,
+    once, named by the pool's node, before the line saying the pool died; the run goes on with
+    the other nodes. It stayed in Ray's log files on the node, no report ever taking it."""
+    cl, _ = cluster
+    cmd = _cli(tmp_path, cl.address, "pooldies", "--provider-name", "log_plugins:WarnsAndKillsItsPool")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=ROOT / "tests")
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    assert_exactly_once(tmp_path / "pooldies", {f"{i}#0" for i in SHELL_IDS})
+    said = [line for line in proc.stderr.splitlines() if "last words of the pool booting n1-vm-0" in line]
+    assert len(said) == 1 and said[0].startswith("[VM pool on node "), proc.stderr[-3000:]
+    node = said[0].split("[VM pool on node ", 1)[1][:8]
+    logged = (tmp_path / "pooldies" / "run.log").read_text().splitlines()
+    words = [i for i, line in enumerate(logged) if "last words of the pool booting" in line]
+    died = [i for i, line in enumerate(logged) if f"the pool of node {node} died" in line]
+    assert len(words) == 1 and f" WARNING VM pool on node {node} " in logged[words[0]], logged
+    assert died and words[0] < died[0], logged

@@ -23,7 +23,7 @@ with ``ray.remote`` and pins each to a node. They run inside Ray's worker proces
   events.jsonl lines (``EventLines``) for the driver, which takes them every second, with
   the pool's stats (``report``), and once more after the pool's shutdown. So do both actors'
   warnings and errors (``ray_logs``): a pool's with its report, a worker's with its records
-  (and, should it die before its next answer, from the cluster's store: ``last_words``).
+  (and, should either die before its next answer, from the cluster's store: ``last_words``).
 """
 
 from __future__ import annotations
@@ -126,11 +126,12 @@ class PoolActor:
     """One node's VM pool."""
 
     def __init__(self, *args: Any, run_dir: str, folder_token: str | None = None, node_id: str = "",
-                 **kwargs: Any) -> None:
+                 lines_key: str | None = None, **kwargs: Any) -> None:
         _ignore_sigint()
         #: its warnings and errors, for the driver's log (the provider's, as it starts, too),
-        #: named by the node the driver placed it on
-        self.lines = keep_lines(f"VM pool on node {node_id[:8]}")
+        #: named by the node the driver placed it on; stored under ``lines_key`` as they are
+        #: logged, for the driver to read should it die before its next report (``ray_logs``)
+        self.lines = keep_lines(f"VM pool on node {node_id[:8]}", lines_key)
         run_dir = node_run_dir(run_dir)
         #: the events.jsonl lines of a pool that does not see the driver's folder
         self.events = None if shares_folder(run_dir, folder_token) else EventLines()

@@ -204,10 +204,11 @@ class RayBackend(WorkerTable, NodeWatch, WorkerDeaths):
         spec, cfg = self.spec, self.config
         node = self._nodes[node_id] = Node(node_id)
         if spec.provider_cls is not None and self._shared_home in (None, node_id):
+            node.lines_key = f"{self._lines_keys}:pool.{node_id}"
             node.pool = pinned(PoolActor, node_id, max_concurrency=_POOL_CONCURRENCY).remote(
                 cfg.provider_name, spec.run_id, cfg.pool_size,
                 options=spec.provider_options, run_dir=str(spec.run_dir), folder_token=self._folder_token,
-                node_id=node_id,
+                node_id=node_id, lines_key=node.lines_key,
                 replacement_budget=cfg.replacement_budget,
                 per_worker=not cfg.use_vm_pool, vm_prefix=f"n{len(self._nodes) - 1}-vm-")
             node.watch_ref = node.pool.watch.remote()

@@ -6,7 +6,7 @@ level) and run.log, as a local worker's lines are (``logs``: ``[rollout-worker-3
     node: PoolActor / WorkerActor                       driver (the engine's thread, or the close's)
     parallel_rollout logger ─► KeptLines (WARNING+) ─┬─ report(), every second ─► take_reports ─┐
                                                      ├─ run()'s record, kill_children() ────────┼─► said_on_driver
-                                                     └─ a worker's: Ray's KV ─► last_words ─────┘
+                                                     └─ Ray's KV ─► last_words ─────────────────┘
                                                         (as logged; read as it dies or is killed)
 
 * **No channel of its own.** A Ray actor's own log goes to Ray's worker log files on its node
@@ -16,17 +16,20 @@ level) and run.log, as a local worker's lines are (``logs``: ``[rollout-worker-3
   the driver takes from the actor anyway: a pool's with its report (every second, and after
   its shutdown), a worker's with the record of the attempt it ran (and, for what it said
   between attempts, with the answer to the kill at the run's end). Each is taken once: a line
-  comes once, and a line an actor logged before its last answer is never lost, but for a
-  worker that dies first:
-* **A worker's last words.** A worker that dies on its own (its process killed, an
-  ``os._exit`` in its agent) answers nothing more: the lines it logged since its last record,
-  often the cause, were left in Ray's log files on its node. So a worker's kept lines are
-  also written, as each is logged, to the cluster's key-value store (Ray's GCS, which
-  outlives any worker node: ``LAST_WORDS_NS``, one key each under its spawn's), cleared when an
-  answer takes them; the driver reads and deletes its key when it dies (before the death's
-  own warning) and when it was killed (after the kill's answer, or without one). Each line is
-  still said once. A store that fails (a head that does not answer) is not written again:
-  the lines then travel only with the answers.
+  comes once, and a line an actor logged before its last answer is never lost, but for an
+  actor that dies first:
+* **Last words.** A worker or a pool that dies on its own (its process killed, an
+  ``os._exit`` in its agent or provider) answers nothing more: the lines it logged since its
+  last record or report, often the cause, were left in Ray's log files on its node. So an
+  actor's kept lines are also written, as each is logged, to the cluster's key-value store
+  (Ray's GCS, which outlives any worker node: ``LAST_WORDS_NS``, one key each under its
+  spawn's or its pool's), cleared when an answer takes them; the driver reads and deletes its
+  key when it dies (before the death's own warning: a pool's as its node is lost) and when it
+  was killed (after the kill's answer, or without one). Each line is still said once. A
+  store that fails (a head that does not answer) is not written again: the lines then travel
+  only with the answers. The keys are under the run's Ray job (``run_lines_key``): a run
+  deletes, as it starts and ends, its own and those of drivers that are dead, killed before
+  they read them (``forget_last_words``); it never reads another run's.
 * **Named by actor and node**: ``worker w3 on node 1a2b3c4d``, ``VM pool on node 1a2b3c4d``, the
   record's process name, as a local worker's is ``rollout-worker-3``.
 * **In the run's words.** The driver says each line through the rewrite of whoever started the

@@ -18,6 +18,7 @@ from typing import Any
 from .base import BackendSpec, EngineHooks
 from .ray_cluster import Sweeps
 from .ray_head import HeadWatch
+from .ray_logs import last_words, said_on_driver
 from .ray_pools import Node, cluster_nodes, take_reports
 
 log = logging.getLogger("parallel_rollout")
@@ -90,6 +91,8 @@ class NodeWatch:
 
     def _lose_node(self, node: Node, reason: str) -> None:
         node.alive, node.lost_reason = False, reason
+        if not self._head.lost:  # its pool's last words (since its last report): often why it died
+            said_on_driver(last_words(node.lines_key), self._rewrite)
         log.warning("%s; its VMs are counted dead%s", reason, "" if self.hooks.closing else
                     ", its attempts retried elsewhere")
         self.hooks.event("node_lost", reason=reason)

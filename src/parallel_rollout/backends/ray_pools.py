@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .ray_cluster import merge_stats, why
-from .ray_logs import LOG_LINES, said_on_driver
+from .ray_logs import LOG_LINES, last_words, said_on_driver
 from .ray_pending import answers_within
 
 log = logging.getLogger("parallel_rollout")
@@ -59,6 +59,8 @@ class Node:
     last_stats_at: float = 0.0
     #: why the run lost it (its pool died, it left the cluster, the head was lost)
     lost_reason: str = ""
+    #: where its pool stores the lines it logs until a report takes them (``ray_logs.last_words``)
+    lines_key: str | None = None
 
 
 def take_reports(nodes: Iterable[Node], run_dir: Path, wait_s: float = 0.0,
@@ -193,6 +195,7 @@ def stop_pools(nodes: Iterable[Node], run_dir: Path, head_lost: bool = False,
             ray.kill(node.pool, no_restart=True)
         except Exception:  # noqa: BLE001
             pass
+        said_on_driver(last_words(node.lines_key), rewrite)  # a pool that did not report them
     return unclean
 
 
