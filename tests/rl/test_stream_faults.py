@@ -107,6 +107,20 @@ def test_an_empty_logprobs_list_on_a_chunk_without_tokens_is_none(gate, llm_serv
     assert reply.token_ids == [10, 11] and reply.logprobs == [-0.1, -0.2]
 
 
+@pytest.mark.parametrize("part, field", [
+    ({"index": 0, "delta": "<answer>Right</answer>", "token_ids": [10], "finish_reason": "stop"}, r"choices\[0\]\.delta"),
+    ({**choice("<answer>Right</answer>", [10], [-0.1]), "finish_reason": 5}, r"choices\[0\]\.finish_reason"),
+], ids=["delta-str", "finish-int"])
+def test_a_chunk_whose_delta_or_finish_reason_is_of_no_known_type_is_refused(gate, llm_server, part, field):
+    """A delta that is no object lost the reply's text silently (an empty reply, parsed as the
+    move); a finish_reason that is no string became the turn's stop_reason as it came. Now the
+    request fails naming the field, as token ids of another type do (not retried)."""
+    server = llm_server(script=[stream(part), stream(part)])
+    with pytest.raises(AgentError, match=r"the model server's " + field + r" is no"):
+        _client(server, gate).chat(USER)
+    assert len(server.requests) == 1 and gate.in_flight == 0
+
+
 @pytest.mark.parametrize("gated", [True, False], ids=["whole-answer-to-a-stream", "not-streamed"])
 def test_a_whole_reply_whose_logprobs_do_not_pair_with_its_ids_is_malformed_too(gate, llm_server, gated):
     """A whole completions reply (a server that ignores stream=true, or generate() outside a

@@ -248,7 +248,10 @@ class StreamedReply:
         for choice in chunk.get("choices") or []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
-            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else None
+            delta = choice.get("delta")
+            for name, kind, word in (("delta", dict, "object"), ("finish_reason", str, "string")):
+                if choice.get(name) is not None and not isinstance(choice[name], kind):
+                    raise AgentError(f"the model server's choices[0].{name} is no {word}: {json.dumps(choice[name])[:200]}")
             text = delta.get("content") if delta is not None else choice.get("text")
             if isinstance(text, str):
                 self.text += text
