@@ -273,3 +273,20 @@ def test_a_sample_graded_without_the_evaluators_result_is_scored_by_osworlds_scr
     assert show_result(tmp_path / "res", "pyautogui", "screenshot", "m") == {"chrome": [0.0], "os": [1.0]}
     cut = out / "r" / "trajectories" / "thinks-too-long" / "0" / "attempt-0"
     assert cut.is_dir() and not (cut / "result.txt").exists()  # the run's own files are left as they are
+
+
+def test_the_commands_that_read_runs_take_osworld_result_dir(tmp_path):
+    """A run started with OSWorld's --result_dir R is listed, reported and compared with
+    --result_dir R too (it was click's bare "No such option '--result_dir'"); export-osworld,
+    whose RESULT_DIR is OSWorld's result folder it writes, refuses it saying which is which."""
+    (tmp_path / "R").mkdir()
+    for words in (["runs", "list"], ["report", "nope"], ["compare", "nope", "nope2"]):
+        said = {flag: CliRunner().invoke(main, [*words, flag, str(tmp_path / "R")]) for flag in
+                ("--output-dir", "--result_dir")}
+        assert said["--result_dir"].exit_code == said["--output-dir"].exit_code, said["--result_dir"].output
+        assert said["--result_dir"].output == said["--output-dir"].output, said["--result_dir"].output
+    refused = CliRunner().invoke(main, ["runs", "export-osworld", "nope", str(tmp_path / "out"), "--result_dir",
+                                        str(tmp_path / "R")])
+    assert refused.exit_code == 2, refused.output
+    assert "--result_dir" in refused.output and "--output-dir" in refused.output and "RESULT_DIR" in refused.output
+    assert not (tmp_path / "out").exists()

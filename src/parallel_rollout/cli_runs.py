@@ -12,16 +12,38 @@ import sys
 
 import click
 
+from .cli_aliases import OSWORLD_ALIASES
 from .cli_options import TypedFlagsCommand, refuse_stdout
+from .config_checks import TYPED
 from .config import RunConfig
 from .errors import ConfigError
 from .logs import say
 
 #: where a run id given instead of a folder is looked up: run's --output-dir default
 OUTPUT_DIR = RunConfig().output_dir
+#: OSWorld's run.py name of the folder run writes its runs in, run's --output-dir (cli_aliases)
+RESULT_DIR = next(flag for flag, ours in OSWORLD_ALIASES.items() if ours == "--output-dir")
 
 
-@click.command("report", cls=TypedFlagsCommand)
+class RunsCommand(TypedFlagsCommand):
+    """A command that reads runs: OSWorld's ``--result_dir``, which ``run`` reads as
+    ``--output-dir``, is that here too, and errors say it as typed."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        end = args.index("--") if "--" in args else len(args)
+        spelled = [arg for arg in args[:end] if arg.partition("=")[0] == RESULT_DIR]
+        if spelled and self.name == "export-osworld":
+            raise click.UsageError(f"{RESULT_DIR} is OSWorld's run.py name of run's --output-dir; here RESULT_DIR, the "
+                                   "second argument, is OSWorld's result folder the export writes, and --output-dir "
+                                   "the folder RUN is looked up in when it is a run id", ctx)
+        rest = super().parse_args(ctx, [f"--output-dir{arg[len(RESULT_DIR):]}" if arg in spelled else arg
+                                        for arg in args[:end]] + args[end:])
+        if spelled:
+            ctx.meta[TYPED]["--output-dir"] = RESULT_DIR
+        return rest
+
+
+@click.command("report", cls=RunsCommand)
 @click.argument("run_dir")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), callback=refuse_stdout,
               help="Where to write the page, a file ('-', stdout, is refused; default: RUN_DIR/report.html; "
@@ -37,7 +59,7 @@ def report_cmd(run_dir: str, output: str | None, output_dir: str) -> None:
     say(write_report(resolve_run(run_dir, output_dir), output))
 
 
-@click.command("compare")
+@click.command("compare", cls=RunsCommand)
 @click.argument("run_a")
 @click.argument("run_b")
 @click.option("--output-dir", default=OUTPUT_DIR, show_default=True,
@@ -94,7 +116,7 @@ def runs() -> None:
     """The runs of an output folder."""
 
 
-@runs.command("list")
+@runs.command("list", cls=RunsCommand)
 @click.option("--output-dir", default=OUTPUT_DIR, show_default=True, help="The folder that holds the runs.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run instead of a table.")
 def runs_list(output_dir: str, as_json: bool) -> None:
@@ -112,7 +134,7 @@ def runs_list(output_dir: str, as_json: bool) -> None:
         say(format_runs(lines), answer=True)
 
 
-@runs.command("export-osworld")
+@runs.command("export-osworld", cls=RunsCommand)
 @click.argument("run")
 @click.argument("result_dir", type=click.Path(file_okay=False))
 @click.option("--output-dir", default=OUTPUT_DIR, show_default=True,
