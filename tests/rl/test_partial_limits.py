@@ -10,7 +10,7 @@ import time
 import pytest
 
 from llm_server import llm_server  # noqa: F401 - fixture
-from parallel_rollout.agents import ModelClient, streaming
+from parallel_rollout.agents import ModelClient, partial_reply
 from parallel_rollout.config import RunConfig
 from parallel_rollout.policy_gate import PolicyGate
 
@@ -52,7 +52,7 @@ def test_a_continuation_whose_aborted_part_nobody_counted_says_so(gate, llm_serv
     """The trainer's own abort closes a stream of a server that sends no token ids before its
     usage chunk: nobody knows how many tokens came. The continuation is not given a guess:
     the turn says max_tokens_unchecked (it may be longer than max_tokens), and the log once."""
-    monkeypatch.setattr(streaming, "_told_unchecked", [])
+    monkeypatch.setattr(partial_reply, "_told_unchecked", [])
     server = llm_server(script=[{"reply": "w " * 40 + "<answer>Right</answer>", "token_rate": 40},
                                 {"reply": "<answer>Right</answer>"}])
     client = _client(server, gate, max_tokens=100)

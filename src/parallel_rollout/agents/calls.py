@@ -29,7 +29,7 @@ exchange at all.
 weight update (``partial_rollout``) is continued from its text, which the server tokenizes
 again: the ids it then conditions on need not be the ids it sampled (another valid
 tokenization; a partial UTF-8 character whose ids came before their text). Where they are not
-(``streaming.Partial.retokenized``), the call's record is split (``split_retokenized``): what
+(``partial_reply.Partial.retokenized``), the call's record is split (``split_retokenized``): what
 was sampled before is an earlier call of its own (its prompt, its ids as they were sampled,
 each with its logprob and version, ``stop_reason`` "abort"), and the call's own fields hold
 what followed, its ``prompt_token_ids`` what the server saw (``retokenized``: true) and its

@@ -32,7 +32,7 @@ import re
 from typing import Any
 
 from .episode import says_overflow
-from .streaming import LIMITS
+from .partial_reply import LIMITS
 
 #: the wordings above: (the model's context, the prompt's tokens)
 _WORDINGS = tuple(re.compile(pattern, re.IGNORECASE) for pattern in (

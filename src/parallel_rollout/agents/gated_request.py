@@ -18,7 +18,7 @@ import time
 from typing import Any, Callable
 
 from ..errors import AttemptCancelled
-from . import stream_abort, streaming
+from . import partial_reply, stream_abort, streaming
 from .episode import AgentError
 
 
@@ -50,9 +50,9 @@ class GatedRequests:
             abortable.abort()
         self.gate.close()
 
-    def send(self, wire, client, request: dict[str, Any], partial: streaming.Partial | None, *,
+    def send(self, wire, client, request: dict[str, Any], partial: partial_reply.Partial | None, *,
              base_url: str, key: str | None, turn: dict[str, Any], cancelled: Callable[[], bool],
-             sent: Callable[[], None]) -> streaming.Partial:
+             sent: Callable[[], None]) -> partial_reply.Partial:
         """One streamed request past the gate: its reply (``partial`` followed by it, every
         token with its policy version). The gate's abort or a cancel closes the stream:
         ``streaming.Aborted``; ``AttemptCancelled`` when ``cancelled()`` before it streams.
@@ -76,7 +76,7 @@ class GatedRequests:
         started = time.time()
         kept = None  # the oldest version among the tokens kept: the gate judges staleness by it
         unanswered = False  # no answer in time: what tells a hung server from long replies
-        if not streaming.nothing_left(request, partial):  # a continuation with no room is never sent
+        if not partial_reply.nothing_left(request, partial):  # a continuation with no room is never sent
             sent()
         try:
             reply = wire.send_streamed(client, dict(request), abortable, partial)
@@ -89,13 +89,13 @@ class GatedRequests:
             unanswered = exc.timed_out
             raise
         except streaming.Aborted as exc:
-            exc.partial, exc.version = (partial or streaming.Partial()).extend(exc.reply, version), version
+            exc.partial, exc.version = (partial or partial_reply.Partial()).extend(exc.reply, version), version
             if getattr(self.config, "partial_rollout", False):
                 kept = exc.partial.oldest
             raise
         else:
             # a reply that came whole before an abort is kept: its versions say whose it is
-            whole = (partial or streaming.Partial()).extend(reply, version)
+            whole = (partial or partial_reply.Partial()).extend(reply, version)
             kept = whole.oldest
         finally:
             self._abortable = None

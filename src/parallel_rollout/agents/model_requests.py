@@ -22,7 +22,7 @@ import threading
 from typing import Any, Callable
 
 from ..errors import AttemptCancelled
-from . import calls, context_room, openai_request, stream_abort, streaming
+from . import calls, context_room, openai_request, partial_reply, stream_abort, streaming
 from .episode import AgentError, EndpointRefused, ModelUnavailable
 from .gated_request import GatedRequests
 from .retries import Retryable, failure_of, retrying
@@ -130,7 +130,7 @@ class ModelRequests:
         while True:
             sent = request
             if partial is not None:
-                sent = streaming.continued(request, partial, tokens="prompt" in request)
+                sent = partial_reply.continued(request, partial, tokens="prompt" in request)
             try:
                 policy = retrying(self.max_retries, self.backoff_base_s, self.backoff_max_s,
                                   lambda: self._route.can_move(failed), self._count_request,
@@ -213,12 +213,12 @@ class ModelRequests:
         what it cannot, streaming.Aborted when a weight update or a cancel ended it."""
         try:
             raw = self._send(client, request, partial)
-            if isinstance(raw, streaming.Partial):  # streamed through the policy gate
+            if isinstance(raw, partial_reply.Partial):  # streamed through the policy gate
                 text, info = self.wire.streamed_reply(raw)
                 usage = {"prompt_tokens": raw.prompt_tokens,
                          "completion_tokens": len(raw.token_ids) if raw.has_token_ids else raw.completion_tokens}
                 if raw.requests > 1:
-                    info.update(versions=raw.versions, partial=True, **streaming.unchecked_limit(raw, request))
+                    info.update(versions=raw.versions, partial=True, **partial_reply.unchecked_limit(raw, request))
                     if not self.wire.sends_ids:  # in chat the server re-tokenized the partial text
                         info = calls.split_retokenized(info, raw.retokenized, text)
             else:
@@ -268,7 +268,7 @@ class ModelRequests:
     def _request(self, client, request: dict[str, Any], partial=None):
         """One HTTP request: the raw response; through the policy gate when there is one, a
         streamed request whose reply (``partial`` followed by it, every token with its
-        policy version) is a ``streaming.Partial`` (gated_request.py). The gate's "abort" (a
+        policy version) is a ``partial_reply.Partial`` (gated_request.py). The gate's "abort" (a
         weight update) or ``abort()`` (a cancel) closes the stream: ``streaming.Aborted``."""
         if self._gate is None:
             # a cancel shuts its connection (the server stops working on it), even before it

@@ -31,7 +31,7 @@ import json
 import logging
 from typing import Any
 
-from . import context_room, streaming
+from . import context_room, partial_reply, streaming
 from .calls import matched_stop_of
 from .episode import AgentError, ContextOverflow, TokenIdsNotReturned, says_overflow
 from .streaming import logprobs_of, token_ids_of
@@ -197,7 +197,7 @@ class Wire:
     def send_streamed(self, client, request: dict[str, Any], abortable, partial=None):
         """The request streamed (RL: abortable mid-reply), asking for token ids and logprobs:
         a ``streaming.StreamedReply``; ``streaming.Aborted`` when ``abortable`` ended it.
-        A continuation of ``partial`` (``streaming.continued``) that has no token left to
+        A continuation of ``partial`` (``partial_reply.continued``) that has no token left to
         sample (its max_tokens 0: the partial holds the turn's max_tokens, or all
         ``max_model_len`` leaves) is not sent, and one the server refuses as past its context
         (the partial filled it; one whose refusal leaves room for fewer tokens is raised, and
@@ -210,7 +210,7 @@ class Wire:
         extra = {**request.pop("extra_body", {}), "return_token_ids": True}
         logprobs = 1 if "prompt" in request else True
         path = self.path_of(request)
-        if streaming.nothing_left(request, partial):
+        if partial_reply.nothing_left(request, partial):
             return streaming.StreamedReply(finish_reason="length")
         try:
             return streaming.stream(client, path, {**request, "logprobs": logprobs, "extra_body": extra}, abortable)
@@ -227,7 +227,7 @@ class Wire:
             return streaming.StreamedReply(finish_reason="length")
 
     def streamed_reply(self, partial) -> tuple[str, dict[str, Any]]:
-        """(reply text, turn info) of a whole streamed reply (``streaming.Partial``, every
+        """(reply text, turn info) of a whole streamed reply (``partial_reply.Partial``, every
         token with its version); TokenIdsNotReturned when a token-id prompt got no token ids."""
         info: dict[str, Any] = {"stop_reason": partial.finish_reason or "unknown", **partial.matched}
         if self.sends_ids:
