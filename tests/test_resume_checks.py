@@ -312,3 +312,33 @@ def test_a_never_graded_attempt_a_resume_ran_again_is_counted_retried(tmp_path):
     summary = json.loads((tmp_path / "out" / "r" / "summary.json").read_text())
     assert (summary["attempts"], summary["retried_attempts"], summary["attempts_left_to_resume"]) == (3, 2, 0), summary
     assert "attempts: 3 (2 retried)" in ended.output, ended.output
+
+
+#: a JSON line that is no attempt record -> what every reader of results.jsonl says of it
+NO_RECORD = {b"{}": "a record is a JSON object with a 'key' field; this one has none",
+             b"[1, 2]": "a record is a JSON object with a 'key' field; this line is a list",
+             b'"x"': "a record is a JSON object with a 'key' field; this line is a string",
+             b"null": "a record is a JSON object with a 'key' field; this line is null",
+             b'{"key": 5, "attempt": 0}': "a record's 'key' is a string; this one's is 5, a number"}
+
+
+@pytest.mark.parametrize("line", list(NO_RECORD), ids=["empty-object", "list", "string", "null", "key-number"])
+def test_a_json_line_that_is_no_record_is_said_in_jsons_words_by_every_reader(tmp_path, finished_run, line):
+    """resume, report, compare and runs list name the line and say what it lacks as JSON
+    says it, not as Python's exception did ("KeyError: 'key'", "TypeError: list indices …")."""
+    run_dir = tmp_path / "out" / "r"
+    lines = (run_dir / "results.jsonl").read_bytes().splitlines(keepends=True)
+    lines.insert(1, line + b"\n")
+    (run_dir / "results.jsonl").write_bytes(b"".join(lines))
+    where = f"{run_dir / 'results.jsonl'}:2: corrupted record: {NO_RECORD[line]}; fix or remove that line"
+    said = {}
+    for name, args in {"resume": None, "report": ["report", str(run_dir)],
+                       "compare": ["compare", str(run_dir), str(run_dir)]}.items():
+        result = cli(tmp_path, finished_run, "--resume") if args is None else CliRunner().invoke(main, args)
+        assert result.exit_code == 2, (name, result.output, result.exception)
+        said[name] = " ".join(result.output.split())
+        assert where in said[name], (name, said[name])
+        assert "Error" not in said[name].replace("Error:", ""), (name, said[name])
+    listed = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(tmp_path / "out"), "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert json.loads(listed.output)["problem"] == where.replace(str(run_dir) + "/", ""), listed.output

@@ -22,6 +22,7 @@ env), ``node`` (the ray backend), ``final``, ``never_graded`` and ``run_id`` (th
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -32,6 +33,7 @@ import traceback
 from typing import Any, Iterator
 
 from .errors import LeaseTimeout, PoolClosed, PoolExhausted
+from .task_json import as_written, kind_of
 
 #: characters of a traceback kept in a record
 TRACEBACK_TAIL = 4000
@@ -229,6 +231,25 @@ def ends_sample(record: dict[str, Any], before: dict[str, Any] | None = None) ->
     if not (record.get("final") or record.get("never_graded")):
         return False
     return before is None or not before.get("final") or bool(before.get("infrastructure"))
+
+
+def record_of(line: bytes, *, attempt: bool = False) -> dict[str, Any]:
+    """One line of results.jsonl as its record; a ValueError saying, in JSON's words, why
+    the line is none (not JSON, no object, no string 'key'; with ``attempt``, as a resume
+    needs it, no whole-number 'attempt'). Every reader of the file says it so."""
+    try:
+        record = json.loads(line)
+    except ValueError as exc:
+        raise ValueError(f"not JSON ({exc})") from None
+    if not isinstance(record, dict) or "key" not in record:
+        raise ValueError("a record is a JSON object with a 'key' field; "
+                         + ("this one has none" if isinstance(record, dict) else f"this line is {kind_of(record)}"))
+    for name, kind, wanted in (("key", str, True), ("attempt", int, attempt)):
+        value = record.get(name)
+        if wanted and (not isinstance(value, kind) or isinstance(value, bool)):
+            said = "this one has none" if name not in record else f"this one's is {as_written(value)}, {kind_of(value)}"
+            raise ValueError(f"a record's {name!r} is {'a string' if kind is str else 'a whole number'}; {said}")
+    return record
 
 
 def sample_ends(records: Any) -> dict[str, dict[str, Any]]:

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable
 
 from .errors import RolloutError
 from .output_checks import append_whole, set_aside_torn
-from .records import ends_sample, ran, replacement_record, sample_ends
+from .records import ends_sample, ran, record_of, replacement_record, sample_ends
 
 log = logging.getLogger(__name__)
 
@@ -91,14 +91,11 @@ class ResultStore:
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
-                key = record["key"]
-                attempt = int(record["attempt"])
-            except (ValueError, KeyError, TypeError) as exc:
-                raise StorageError(
-                    f"{self.path}:{lineno}: corrupted record ({exc.__class__.__name__}: {exc}); "
-                    "fix or remove that line, then resume"
-                ) from None
+                record = record_of(line, attempt=True)
+            except ValueError as exc:
+                raise StorageError(f"{self.path}:{lineno}: corrupted record: {exc}; "
+                                   "fix or remove that line, then resume") from None
+            key, attempt = record["key"], record["attempt"]
             index.records += 1
             index.attempts[key] = max(index.attempts.get(key, -1), attempt)
             if ends_sample(record, index.final.get(key)):
@@ -171,8 +168,8 @@ def encode_record(record: dict[str, Any]) -> bytes:
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:
     """Every complete record of a results.jsonl (a torn last line is skipped, with a
-    warning; a whole record that only lacks its newline is not); a line that is not a JSON
-    object is a StorageError naming the file and the line."""
+    warning; a whole record that only lacks its newline is not); a line that is no record
+    (``records.record_of``) is a StorageError naming the file and the line."""
     records = []
     with open(path, "rb") as fh:
         for lineno, line in enumerate(fh, start=1):
@@ -181,14 +178,10 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
                             "write)", path, lineno, len(line))
             elif line.strip():
                 try:
-                    record = json.loads(line)
+                    records.append(record_of(line))
                 except ValueError as exc:
-                    raise StorageError(f"{path}:{lineno}: corrupted record ({exc}); fix or remove "
+                    raise StorageError(f"{path}:{lineno}: corrupted record: {exc}; fix or remove "
                                        "that line") from None
-                if not isinstance(record, dict):
-                    raise StorageError(f"{path}:{lineno}: corrupted record (not a JSON object); "
-                                       "fix or remove that line")
-                records.append(record)
     return records
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..records import sample_ends
+from ..records import record_of, sample_ends
 
 log = logging.getLogger(__name__)
 
@@ -79,13 +79,10 @@ def _read_results(path: Path) -> list[dict[str, Any]]:
             if not line.endswith(b"\n") or not line.strip():
                 continue
             try:
-                record = json.loads(line)
-                if not isinstance(record, dict) or not isinstance(record.get("key"), str):
-                    raise ValueError("not an attempt record (no key)")
+                records.append(record_of(line))
             except ValueError as exc:
                 # a run all the same (not NotARunFolder): the line is what to fix
-                raise ConfigError(f"{path}:{lineno}: corrupted record ({exc}); fix or remove that line") from None
-            records.append(record)
+                raise ConfigError(f"{path}:{lineno}: corrupted record: {exc}; fix or remove that line") from None
     return records
 
 
