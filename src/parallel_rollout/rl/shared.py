@@ -22,7 +22,7 @@ from ..config import RunConfig
 from ..errors import ConfigError, ProviderUnavailable
 from ..logs import reworded
 from ..policy_gate import PolicyGate
-from .config import in_the_trainers_words
+from .config import given_settings, in_the_trainers_words
 from .run_folder import RunFolder
 from .suspension import Suspension
 
@@ -109,7 +109,13 @@ class SharedEngine:
         store = engine = folder = shared = None
         try:
             run_id = run_config.run_id or default_run_id("rl", run_config.output_dir)
-            changes: dict[str, Any] = {"policy_gate": gate.path, "policy_gate_key": gate.key, "run_id": run_id}
+            # A RunConfig made in Python has no ``explicit`` (a run's flags and files fill it): the
+            # settings the trainer gave are the engine's, so that its max_turns is the turns of a mode
+            # with a default of its own (Env.turn_limit: math's one answer), as --max-turns is a run's.
+            # A field set to None (or nothing) sets nothing, as check_tags_use says it.
+            given = {name for name, value in given_settings(run_config).items() if value not in (None, "", ())}
+            changes: dict[str, Any] = {"policy_gate": gate.path, "policy_gate_key": gate.key, "run_id": run_id,
+                                       "explicit": run_config.explicit | given}
             if max_concurrent_rollouts is not None:
                 changes["max_concurrent_rollouts"] = max_concurrent_rollouts
             if envs_per_worker is not None:
