@@ -344,6 +344,42 @@ def test_the_oracle_is_checked_on_the_tasks_limit_takes(tmp_path):
     assert "'n1'" not in refused.output and "'n2'" not in refused.output, refused.output
 
 
+def test_skip_unsupported_skips_the_tasks_the_agent_cannot_run(tmp_path):
+    """--skip-unsupported skipped the tasks the mode lacks features for, not those the agent
+    cannot run: the oracle (the default agent) on tasks without a reference was refused with
+    the flag as without it. Each such task gets one final 'unsupported' record naming why,
+    counted in the summary as one that never ran, and a resume neither reruns nor recounts it."""
+    plain = [{k: v for k, v in shell_task(f"n{i}").items() if k != "reference"} for i in range(2)]
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("t0"), *plain])
+    out = tmp_path / "out"
+    base = ["--mode", "shell", "--data", str(data), "--output-dir", str(out), "--run-id", "r", "--no-progress"]
+    refused = CliRunner().invoke(main, base)
+    assert refused.exit_code == 2 and "add --skip-unsupported to run the rest" in refused.output, refused.output
+    assert not out.exists()
+    dry = CliRunner().invoke(main, [*base, "--skip-unsupported", "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    for _ in range(2):  # the run, then its resume
+        done = CliRunner().invoke(main, [*base, "--skip-unsupported", "--group-size", "2", "--resume"])
+        assert done.exit_code == 0, done.output
+        records = [json.loads(line) for line in (out / "r" / "results.jsonl").read_text().splitlines()]
+        assert sorted(r["key"] for r in records) == ["n0#0", "n0#1", "n1#0", "n1#1", "t0#0", "t0#1"]
+        skipped = [r for r in records if r["task_id"] != "t0"]
+        assert all(r["status"] == "unsupported" and r["final"] and r["reward"] == 0.0 for r in skipped)
+        assert "unsupported: --agent oracle: task 'n1' has no 'reference' commands" in skipped[-1]["failure"]["message"]
+        summary = json.loads((out / "r" / "summary.json").read_text())
+        assert (summary["finished"], summary["attempts"], summary["success_rate"]) == (6, 2, 0.3333)
+
+
+@pytest.mark.skipif(OSWORLD_EXAMPLES is None, reason="OSWorld's task files are not at shared/osworld")
+def test_osworld_skip_unsupported_takes_the_tasks_without_a_reference(tmp_path):
+    """OSWorld's run.py flags, the oracle by default: one task of test_small.json's os domain has
+    no reference, and --skip-unsupported skips it (it was refused all the same)."""
+    result = CliRunner().invoke(main, ["run", "--test_config_base_dir", str(OSWORLD_EXAMPLES), "--test_all_meta_path",
+                                       str(OSWORLD_EXAMPLES / "test_small.json"), "--domain", "os", "--skip-unsupported",
+                                       "--result_dir", str(tmp_path / "out"), "--dry-run"])
+    assert result.exit_code == 0, result.output
+
+
 @pytest.mark.skipif(OSWORLD_EXAMPLES is None, reason="OSWorld's task files are not at shared/osworld")
 def test_an_osworld_limit_needs_references_of_its_tasks_only(tmp_path):
     """OSWorld's run.py flags with the default agent (the oracle) and --limit 3: of the first

@@ -221,8 +221,9 @@ def main() -> None:
               help="Index file of an OSWorld folder given as --data: test_all.json, test_small.json, "
                    "test_nogdrive.json …")
 @click.option("--skip-unsupported", is_flag=True,
-              help="Run the tasks this version supports and give each other task an 'unsupported' "
-                   "record (scored 0); without it, a --data with unsupported tasks is refused.")
+              help="Run the tasks this version and the agent support (the oracle: those with a reference) and "
+                   "give each other task an 'unsupported' record (scored 0); without it, a --data with "
+                   "unsupported tasks is refused.")
 @click.option("--dry-run", is_flag=True,
               help="A preflight that starts nothing: load and check every task of --data (printing per "
                    "domain the tasks, the runnable ones and the unsupported features), the agent's settings "

@@ -50,7 +50,7 @@ from .records import unsupported_record
 from .results import ResultStore, ServerNotes, StorageError
 from .run_end import RunOutcome, finish_run, resume_command, signal_after_the_end
 from .run_folder import RunFolder
-from .tasks import Sample, expand, unsupported_message
+from .tasks import Sample, Task, expand, unsupported_message
 
 log = logging.getLogger("parallel_rollout")
 
@@ -137,21 +137,26 @@ class Runner:
             for sample in expand([item.task], cfg.group_size)]
         if cfg.limit:  # before the agent's check: a task --limit leaves out needs nothing of it
             tasks = tasks[: cfg.limit]
-        check_task = getattr(self.agent_cls, "check_task", None)
-        if check_task is not None:  # every task the agent cannot run, named at once
-            bad = []
-            for task in tasks:
-                try:
-                    check_task(task)
-                except TaskFileError as exc:
-                    bad.append(str(exc))
-            if bad:
-                error = TaskFileError.of_records(str(cfg.data), bad, f"tasks --agent {cfg.agent} cannot run")
-                if "agent" not in cfg.explicit:  # the default, a name the user never gave
-                    error.args = (f"{error}\n--agent {cfg.agent} is the default (no --agent was given): give the agent "
-                                  "to run them with: --agent openai with --model, --agent command with --agent-cmd, "
-                                  "or your own --agent module:Class",)
-                raise error
+        refused = self._refused_by_agent(tasks)  # every task the agent cannot run, named at once
+        if refused and not cfg.skip_unsupported:
+            error = TaskFileError.of_records(str(cfg.data), [why for _, why in refused],
+                                             f"tasks --agent {cfg.agent} cannot run")
+            error.args = (f"{error}\nadd --skip-unsupported to run the rest; each skipped task then gets an "
+                          "'unsupported' record",)
+            if "agent" not in cfg.explicit:  # the default, a name the user never gave
+                error.args = (f"{error}\n--agent {cfg.agent} is the default (no --agent was given): give the agent "
+                              "to run them with: --agent openai with --model, --agent command with --agent-cmd, "
+                              "or your own --agent module:Class",)
+            raise error
+        if refused:  # skipped as a feature the mode lacks is: an 'unsupported' record each
+            names = [task.id for task, _ in refused]
+            log.warning("--skip-unsupported: %d task%s --agent %s cannot run %s an 'unsupported' record: %s",
+                        len(names), "s" if len(names) != 1 else "", cfg.agent, "get" if len(names) != 1 else "gets",
+                        ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else ""))
+            skipped = {id(task) for task, _ in refused}
+            tasks = [task for task in tasks if id(task) not in skipped]
+            self._skipped += [(sample, (why.removeprefix(f"{task.source}: "),))
+                              for task, why in refused for sample in expand([task], cfg.group_size)]
         for line in answer_like_warnings(tasks, self.agent_cls):
             log.warning("%s", line)
         plugin_call(f"mode {cfg.mode!r}: prepare_run", self.env_cls.prepare_run, tasks)
@@ -179,6 +184,18 @@ class Runner:
             log.warning("--compare-to %s: %s; the run goes on; its gate will give no verdict (exit 5)%s",
                         cfg.compare_to, missing, kept_gate(cfg, "compare_to"))
         return samples
+
+    def _refused_by_agent(self, tasks: list[Task]) -> list[tuple[Task, str]]:
+        """The tasks the agent's ``check_task`` refuses (the oracle's without a reference), each
+        with its refusal ("FILE:LINE: --agent oracle: task 'x' has no 'reference' …")."""
+        check_task = getattr(self.agent_cls, "check_task", None)
+        refused = []
+        for task in tasks if check_task is not None else ():
+            try:
+                check_task(task)
+            except TaskFileError as exc:
+                refused.append((task, str(exc)))
+        return refused
 
     def _engine(self, cfg: RunConfig, check_provider: bool = True) -> Engine:
         return Engine(cfg, self.run_dir, run_id=self.run_id, record_sink=self._store_record,
