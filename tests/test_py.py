@@ -222,3 +222,40 @@ def test_build_program_body_or_whole_function():
     assert build_program(prompt, "    return 1\n", "f") == prompt + "    return 1\n"
     whole = build_program(prompt, "def f(xs: List[int]) -> int:\n    return 1\n", "f")
     assert whole.startswith("from typing import List\n") and whole.count("def f") == 1
+
+
+class _JudgeExit:
+    """A VM whose judge printed a passing verdict and then exited with ``return_code``: what
+    /run_python says of a judge killed after its verdict (or ended otherwise than by its own
+    os._exit(0))."""
+
+    def __init__(self, return_code):
+        self.return_code = return_code
+
+    def lease(self):
+        import contextlib
+
+        return contextlib.nullcontext(self)
+
+    def run_python(self, code, **options):
+        verdict = {"kind": "passed", "detail": "", "output": "", "returncode": 0}
+        return {"status": "success" if self.return_code == 0 else "error", "output": json.dumps(verdict),
+                "error": "Killed" if self.return_code else "", "return_code": self.return_code}
+
+
+@pytest.mark.parametrize("return_code", [0, -9, 1], ids=["exited-0", "killed", "exit-1"])
+def test_a_verdict_counts_only_when_its_judge_exited_0(return_code):
+    """Defence in depth: the judge ends with os._exit(0) once its verdict is written; a verdict
+    beside any other exit status is no verdict (kind "killed", reward 0), whatever it says."""
+    from parallel_rollout.envs import get_env
+    from parallel_rollout.tasks import Task
+
+    env = get_env("py")(build_config(dict(mode="py", data="humaneval")))
+    env.reset(Task("add", "py", task("add", [])), _JudgeExit(return_code))
+    env.step(GOOD)
+    reward, details = env.evaluate()
+    if return_code == 0:
+        assert (reward, details["kind"]) == (1.0, "passed"), details
+    else:  # before: 1.0, "passed"
+        assert (reward, details["kind"]) == (0.0, "killed"), details
+        assert f"exit status {return_code}" in details["detail"], details

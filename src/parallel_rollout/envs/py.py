@@ -258,8 +258,11 @@ class PyEnv(Env):
             verdict, tail = None, ""
         if result.get("timeout"):
             kind, detail = "timeout", f"timed out after {timeout:g}s"
-        elif verdict is None:
-            # No verdict: the judge itself was ended (a memory limit, a kill from the answer)
+        elif verdict is None or result.get("return_code") != 0:
+            # No verdict: the judge itself was ended (a memory limit, a kill from the answer).
+            # The judge ends with os._exit(0) once its verdict is out: a verdict beside any other
+            # exit status is not trusted, whatever it says (defence in depth: the answer has no
+            # handle on the judge's stdout, py_judge.py)
             kind = "killed"
             detail = f"exit status {result.get('return_code')}: {(result.get('error') or '')[-500:]}"
         return {"kind": kind, "detail": detail[-OUTPUT_TAIL:], "output_tail": tail[-OUTPUT_TAIL:],
