@@ -10,8 +10,10 @@ import os
 import time
 
 import pytest
+from click.testing import CliRunner
 
-from conftest import small_tmpfs
+from conftest import shell_task, small_tmpfs, write_tasks
+from parallel_rollout.cli import main
 from parallel_rollout.agents.oracle import OracleAgent
 from parallel_rollout.run_end import write_summary
 from parallel_rollout.results import ResultStore, StorageError, pass_at_k, percentiles, read_records, summarize
@@ -351,3 +353,23 @@ def test_a_summary_the_disk_cannot_hold_is_logged_not_raised(tiny_disk, caplog):
         write_summary(tiny_disk, {"pad": "x" * 20000})
     assert f"cannot write {tiny_disk / 'summary.json'}: No space left on device" in caplog.text
     assert sorted(p.name for p in tiny_disk.iterdir()) == ["filler"]
+
+
+def test_the_console_summary_gives_each_tag_its_line_when_there_are_several(tmp_path):
+    """summary.json and the report had per-tag (an OSWorld run's per-domain) figures, the
+    console none: one line per tag when there are several, 8 of them at most."""
+    def run(tasks, run_id):
+        result = CliRunner().invoke(main, ["--mode", "shell", "--data", str(write_tasks(tmp_path / f"{run_id}.jsonl", tasks)),
+                                           "--output-dir", str(tmp_path / "out"), "--run-id", run_id, "--no-progress"])
+        assert result.exit_code in (0, 1), result.output
+        return result.output
+
+    missed = {"check": "false"}  # the oracle's reference runs, the check fails
+    said = run([shell_task("a0", tags=["chrome"]), shell_task("a1", tags=["chrome"], **missed),
+                shell_task("b0", tags=["os"])], "two")
+    assert "per tag:\n  chrome: 1/2 succeeded (50.0%)\n  os: 1/1 succeeded (100.0%)\n" in said, said
+    one = run([shell_task("a0", tags=["os"]), shell_task("a1", tags=["os"])], "one")
+    assert "per tag" not in one, one  # the run's own line says it
+    many = run([shell_task(f"t{i}", tags=[f"d{i:02}"]) for i in range(12)], "many")
+    assert "  d07: 1/1 succeeded (100.0%)\n  … and 4 more (summary.json's per_tag)\n" in many, many
+    assert "d08:" not in many, many

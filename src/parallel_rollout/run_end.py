@@ -218,6 +218,7 @@ def format_summary(summary: dict[str, Any], run_dir: Any) -> str:
         from .results import pass_at_k_text
 
         lines.append(pass_at_k_text(values, summary.get("pass_at_k_tasks") or {}, summary.get("tasks_finished", 0)))
+    lines += _tag_lines(summary.get("per_tag") or {})
     timing = summary["timing_s"]
     if timing.get("rollout"):
         # with no sample finished, the times are those of attempts that failed (a lease the
@@ -253,6 +254,18 @@ def format_summary(summary: dict[str, Any], run_dir: Any) -> str:
     lines += _ray_lines(summary)
     lines.append(f"results: {run_dir}/")
     return "\n".join(lines)
+
+
+def _tag_lines(per_tag: dict[str, Any], shown: int = 8) -> list[str]:
+    """Each tag's figures (an OSWorld run's domains, as its show_result.py gives them) when
+    there are several; a few, the rest counted (summary.json and the report have them all)."""
+    if len(per_tag) < 2:
+        return []
+    lines = ["per tag:"] + [f"  {tag}: {row['successes']}/{row['finished']} succeeded ({_pct(row['success_rate'])})"
+                            for tag, row in list(per_tag.items())[:shown]]
+    if len(per_tag) > shown:
+        lines.append(f"  … and {len(per_tag) - shown} more (summary.json's per_tag)")
+    return lines
 
 
 def ray_sessions(earlier: dict[str, Any] | None) -> list[dict[str, Any]]:
