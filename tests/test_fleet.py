@@ -5,6 +5,9 @@ test servers (tests/llm_server.py)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 from collections import Counter, defaultdict
 
@@ -87,8 +90,8 @@ def test_a_fleet_run_resumes_with_its_servers_listed_in_another_order(tmp_path, 
     def run(*urls: str, resume: bool = False):
         flags = [arg for url in urls for arg in ("--base-url", url)] + (["--resume"] if resume else [])
         return CliRunner().invoke(main, ["run", "--mode", "gym", "--data", "frozenlake", "--limit", "2", "--agent",
-                                         "openai", "--max-turns", "1", "--num-rollouts", "1", "--output-dir", str(tmp_path), "--run-id",
-                                         "fleet", *flags])
+                                         "openai", "--model", "test-model", "--max-turns", "1", "--num-rollouts", "1",
+                                         "--output-dir", str(tmp_path), "--run-id", "fleet", *flags])
 
     assert run(a.url, b.url).exit_code == 0
     resumed = run(b.url, a.url, resume=True)
@@ -226,8 +229,8 @@ def test_cli_two_servers_balance_and_one_stopped_mid_run_moves_its_trajectories(
         return policy(body)
 
     b.policy = b_policy
-    run_ok("--mode", "gym", "--data", "frozenlake", "--agent", "openai", "--base-url", a.url,
-            "--base-url", b.url, "--tool-calls", "--num-rollouts", "2", "--envs-per-worker", "2",
+    run_ok("--mode", "gym", "--data", "frozenlake", "--agent", "openai", "--model", "test-model",
+           "--base-url", a.url, "--base-url", b.url, "--tool-calls", "--num-rollouts", "2", "--envs-per-worker", "2",
             "--session-header", "X-Trajectory", "--server-cooldown", "600",
             "--output-dir", str(tmp_path), "--run-id", "fleet")
     assert stopped.is_set()
@@ -260,8 +263,8 @@ def test_cli_two_servers_balance_and_one_stopped_mid_run_moves_its_trajectories(
 def test_cli_two_servers_spread_trajectories_evenly(tmp_path, llm_servers, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     a, b = llm_servers(lake_tool_solver, 2)
-    run_ok("--mode", "gym", "--data", "frozenlake", "--agent", "openai", "--base-url", a.url,
-            "--base-url", b.url, "--tool-calls", "--num-rollouts", "2", "--envs-per-worker", "2",
+    run_ok("--mode", "gym", "--data", "frozenlake", "--agent", "openai", "--model", "test-model",
+           "--base-url", a.url, "--base-url", b.url, "--tool-calls", "--num-rollouts", "2", "--envs-per-worker", "2",
             "--output-dir", str(tmp_path), "--run-id", "even")
     sessions = {server.url: {r["headers"]["x-session-id"] for r in server.requests} for server in (a, b)}
     assert not sessions[a.url] & sessions[b.url]
@@ -276,8 +279,8 @@ def test_cli_two_servers_share_out_workers_of_one_env_loop_each(tmp_path, llm_se
     server and leave the second idle."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     a, b = llm_servers(lake_tool_solver, 2)
-    run_ok("--mode", "gym", "--data", "frozenlake", "--agent", "openai", "--base-url", a.url,
-            "--base-url", b.url, "--tool-calls", "--num-rollouts", str(workers),
+    run_ok("--mode", "gym", "--data", "frozenlake", "--agent", "openai", "--model", "test-model",
+           "--base-url", a.url, "--base-url", b.url, "--tool-calls", "--num-rollouts", str(workers),
             "--output-dir", str(tmp_path), "--run-id", "one-loop")
     sessions = {server.url: {r["headers"]["x-session-id"] for r in server.requests} for server in (a, b)}
     assert not sessions[a.url] & sessions[b.url]
@@ -319,11 +322,12 @@ def test_cli_preflight_probes_every_server(tmp_path, llm_servers, monkeypatch):
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     assert a.model_listings == 1 and b.model_listings == 1
-    # a server that does not answer: the run leaves it out and goes on at the other, so the dry
-    # run warns of it by name (it exited 2); none answering is the problem the run would stop at
+    # a server that does not answer: the run goes on at the other and asks it again after each
+    # cool-down (it may be starting), so the dry run warns of it by name (it exited 2); none
+    # answering is the problem the run would stop at
     b.stop()
     result = CliRunner().invoke(main, args)
-    warned = [line for line in result.output.splitlines() if "takes this server out" in line]
+    warned = [line for line in result.output.splitlines() if "asks this server again as it does a failing one" in line]
     assert result.exit_code == 0 and len(warned) == 1, result.output
     assert f"the model endpoint {b.url} is not reachable" in warned[0], result.output
     a.stop()
@@ -335,8 +339,8 @@ def test_cli_preflight_probes_every_server(tmp_path, llm_servers, monkeypatch):
 
 def test_cli_preflight_of_a_fleet_with_a_server_of_another_model_says_what_the_run_does(tmp_path, llm_servers,
                                                                                        monkeypatch):
-    """One server of the fleet lists another model: the run takes it out and goes on at the
-    others, so the dry run passes with a warning naming it (it exited 2 and advised --model,
+    """One server of the fleet lists another model: the run leaves it out for its whole length
+    and goes on at the others, so the dry run passes with a warning naming it (it exited 2 and advised --model,
     which the good servers serve); every server refusing fails it, as the run would stop."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     good, other = llm_servers(_echo, 2)
@@ -346,7 +350,7 @@ def test_cli_preflight_of_a_fleet_with_a_server_of_another_model_says_what_the_r
             "--output-dir", str(tmp_path)]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
-    warned = [line for line in result.output.splitlines() if "takes this server out" in line]
+    warned = [line for line in result.output.splitlines() if "leaves this server out for the whole run" in line]
     assert len(warned) == 1 and f"{other.url} does not list the model 'test-model'" in warned[0], result.output
     assert "it lists other-model" in warned[0] and "give --model" not in result.output, result.output
     good.models = ["third-model"]
@@ -379,9 +383,9 @@ def test_cli_a_fleet_server_that_refuses_the_model_is_taken_out_and_the_run_goes
 
     # one worker: its first trajectory starts at the first server, refused, then the dead one
     result = CliRunner().invoke(main, [
-        "run", "--mode", "gym", "--data", "frozenlake", "--limit", "3", "--agent", "openai", "--max-turns", "1",
-        "--num-rollouts", "1", "--base-url", wrong.url, "--base-url", dead.url, "--base-url", good.url,
-        "--no-progress", "--output-dir", str(tmp_path), "--run-id", "one-refuses"])
+        "run", "--mode", "gym", "--data", "frozenlake", "--limit", "3", "--agent", "openai", "--model", "test-model",
+        "--max-turns", "1", "--num-rollouts", "1", "--base-url", wrong.url, "--base-url", dead.url,
+        "--base-url", good.url, "--no-progress", "--output-dir", str(tmp_path), "--run-id", "one-refuses"])
     assert result.exit_code == 0, result.output
     said = " ".join(result.output.split())
     assert said.count(f"server taken out of the rotation, it refused the run's settings: {wrong.url}") == 1, said
@@ -402,6 +406,37 @@ def test_cli_a_fleet_server_that_refuses_the_model_is_taken_out_and_the_run_goes
     assert log_text.count(f"model server {dead.url} failed") == 1
     summary = json.loads((tmp_path / "one-refuses" / "summary.json").read_text())
     assert list(summary["servers_refused"]) == [wrong.url] and list(summary["servers_failed"]) == [dead.url]
+
+
+def test_cli_a_fleet_server_whose_models_lack_the_runs_model_gets_no_trajectory(tmp_path, llm_servers):
+    """A fleet's server whose GET /models lists another model (SGLang answers a POST for any
+    model name, so no request tells): the run asks each server at its start and every worker
+    leaves that one out for the whole run, whatever the cool-down: no chat POST reaches it
+    (it got half the trajectories), each record ran on the other, and the run says so once.
+    When no server lists it, the run stops there (exit 2) before any request."""
+    good, other = llm_servers(_echo, 2)
+    other.models = ["other-model"]
+    env = {name: value for name, value in os.environ.items() if name != "OPENAI_API_KEY"}
+
+    def run(run_id: str) -> subprocess.CompletedProcess:
+        return subprocess.run([
+            sys.executable, "-m", "parallel_rollout.cli", "run", "--mode", "gym", "--data", "frozenlake", "--limit",
+            "6", "--agent", "openai", "--model", "test-model", "--max-turns", "1", "--base-url", other.url,
+            "--base-url", good.url, "--num-rollouts", "2", "--server-cooldown", "0", "--no-progress",
+            "--output-dir", str(tmp_path), "--run-id", run_id], capture_output=True, text=True, env=env, timeout=300)
+
+    proc = run("other-model")
+    assert proc.returncode == 0, proc.stderr
+    assert other.model_listings == 1 and [r["path"] for r in other.requests] == []
+    records = read_results(tmp_path / "other-model")
+    assert len(records) == 6 and {r["usage"]["server"] for r in records} == {good.url}, records
+    said = [line for line in proc.stderr.splitlines() if other.url in line]
+    assert len(said) == 1 and "does not list the model 'test-model'" in said[0], proc.stderr
+    assert "the run leaves this server out for the whole run: it is not asked again" in said[0], said
+    good.models = ["third-model"]
+    proc = run("none-serves")
+    assert proc.returncode == 2 and "no server of the fleet serves the run" in proc.stderr, proc.stderr
+    assert len(good.requests) == 6 and other.requests == []  # the first run's alone
 
 
 def test_a_server_taken_out_for_a_refusal_is_tried_again_after_its_cool_down(llm_servers):

@@ -154,6 +154,9 @@ class Engine(EngineCancels):
         #: the front end's reason to stop at an attempt (its record then not final), or None
         self._stop_on = stop_on
         self.error: str | None = None  # why the engine stopped on its own
+        #: the fleet's servers the front end's start check found not serving the model
+        #: (``model_checks.probe_fleet``): every attempt submitted carries them to its agent
+        self.servers_left_out: tuple[str, ...] = ()
         #: the pool's stats taken after its shutdown (every reset counted), for summaries
         self.final_pool_stats: dict[str, Any] | None = None
         #: a Ray run's nodes as it ended (used, lost, left out), for summaries
@@ -212,6 +215,8 @@ class Engine(EngineCancels):
 
     def submit(self, item: Assignment, on_final: OnFinal | None = None) -> None:
         """Queue one attempt; ``on_final(record)`` gets the sample's final record."""
+        if self.servers_left_out:  # the start check's verdict, to the worker's model client
+            item = dataclasses.replace(item, servers_left_out=self.servers_left_out)
         with self._lock:
             if self._closing or self.error is not None:
                 raise EngineStopped(self.error or "the engine is closed")

@@ -54,6 +54,9 @@ class Assignment:
     #: files the attempt's agent withholds from a program of its own (the command agent's)
     #: that no file of the run names: an RL scheduler's task set files
     withheld: tuple[str, ...] = ()
+    #: the servers of the fleet the run's start check found not serving its model
+    #: (``Engine.servers_left_out``): the attempt's agent never sends them a request
+    servers_left_out: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:

@@ -54,6 +54,7 @@ def test_bad_sampling_is_refused_naming_the_field(tmp_path, table, schedulers):
 def test_two_servers_keep_affinity_and_a_stopped_one_moves_its_trajectories(tmp_path, schedulers):
     policy = TablePolicy(seed=1)
     a, b = LLMServer(policy=policy).start(), LLMServer(policy=policy).start()
+    b.models.append("table")  # both serve the run's model (rl_config lists it on a)
     answered = {"b": 0}
     stopped = threading.Event()
 
@@ -118,6 +119,7 @@ def test_a_server_that_refuses_the_model_is_left_out_and_every_one_refusing_is_a
         return {"sleep": 0.3 * (next(asked) % 2), "status": 404, "message": "The model `table` does not exist."}
 
     good, wrong = LLMServer(policy=TablePolicy(seed=1)).start(), LLMServer(policy=refuses).start()
+    wrong.models.append("table")  # the check before the first batch found it serving: restarted since
     try:
         scheduler = schedulers(rl_config(tmp_path, good, base_url=[wrong.url, good.url], num_rollouts=1,
                                          envs_per_worker=4, max_retries=0),
@@ -140,3 +142,28 @@ def test_a_server_that_refuses_the_model_is_left_out_and_every_one_refusing_is_a
     finally:
         good.stop()
         wrong.stop()
+
+
+def test_a_server_whose_models_lack_the_runs_model_gets_no_trajectory(tmp_path, schedulers, caplog):
+    """The check before the first batch finds a server whose GET /models lists another model
+    (SGLang answers any model name in a POST, so only the check tells): every worker leaves it
+    out, for the engine's life, not for a cool-down (server_cooldown=0 here): no chat POST
+    reaches it, in the first batch or the next, and each trajectory ran on the other server.
+    The warning says so."""
+    good, other = LLMServer(policy=TablePolicy(seed=1)).start(), LLMServer(policy=TablePolicy(seed=2)).start()
+    try:  # other lists only 'test-model'; rl_config lists the run's model 'table' on good alone
+        scheduler = schedulers(rl_config(tmp_path, good, base_url=[other.url, good.url], envs_per_worker=2,
+                                         server_cooldown=0.0),
+                               EnvManagerConfig(num_env_groups=4, group_size=2, tags=["lakes"],
+                                                task_sets=lake_set(tmp_path, count=4, max_steps=4)))
+        with caplog.at_level("WARNING"):
+            batches = [scheduler.get_batch(batch_size=8, step=step) for step in range(2)]
+    finally:
+        good.stop()
+        other.stop()
+    assert other.models == ["test-model"] and other.model_listings >= 1
+    assert [r["path"] for r in other.requests if r["path"].endswith("completions")] == []
+    assert {t.record["usage"]["server"] for batch in batches for t in batch} == {good.url}
+    assert all(len(batch) == 8 for batch in batches)
+    said = [r.getMessage() for r in caplog.records if other.url in r.getMessage()]
+    assert said and "for the whole run: it is not asked again" in said[0], said

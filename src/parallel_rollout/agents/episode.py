@@ -139,6 +139,9 @@ class AttemptInfo:
     #: (the ``command`` agent): a task given in Python names them in no file of the run; and
     #: an RL scheduler's task set files, which no file of the run names either
     withheld: tuple[str, ...] = ()
+    #: the servers of the fleet the run's start check found not serving its model: the
+    #: agent's model client leaves them out (``agents/servers.py``)
+    servers_left_out: tuple[str, ...] = ()
 
     @property
     def session_id(self) -> str:

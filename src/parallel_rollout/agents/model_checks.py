@@ -26,7 +26,8 @@ from ..errors import ConfigError
 from ..plugins import plugin_call
 from . import openai_request
 
-__all__ = ["calls_model", "check_agent", "check_model_settings", "may_call_model", "model_routes", "probe_endpoint"]
+__all__ = ["calls_model", "check_agent", "check_model_settings", "may_call_model", "model_routes", "probe_endpoint",
+           "probe_fleet", "servers_left_out"]
 
 log = logging.getLogger(__name__)
 
@@ -140,11 +141,19 @@ def probe_endpoint(config: Any, models_required: bool = False, agent_cls: Any = 
     """``--check-endpoint`` for an agent that may call the model: GET /models of every server
     its model client would call; a note on what answered, or ConfigError naming the one that
     is unusable (unreachable, the key missing or refused, a model list without --model).
+    ``probe_fleet`` says what it found and which servers to leave out."""
+    return probe_fleet(config, models_required, agent_cls)[0]
 
-    A fleet's server that refuses the run's key, path or model, or does not answer, is what
-    the run takes out of its rotation and goes on without: a warning naming it, while another
-    server serves; a problem only when none serves, as the run then stops (exit 2): a
-    ``ServerUnreachable`` when none answered. ``models_required``: see ``probe_models``;
+
+def probe_fleet(config: Any, models_required: bool = False, agent_cls: Any = None) -> tuple[str, tuple[str, ...]]:
+    """``probe_endpoint``'s note, and the servers the run leaves out (``ServerPool.leave_out``).
+
+    A fleet's server that answers but refuses the run's key, path or model (a model list
+    without it: SGLang answers any model name, so only this tells) is left out for the whole
+    run, never asked again; one that does not answer (not up yet) stays in the rotation, left
+    out by its requests' failures for --server-cooldown at a time. Each is a warning naming it
+    while another server serves; a problem only when none serves, as the run then stops (exit
+    2): a ``ServerUnreachable`` when none answered. ``models_required``: see ``probe_models``;
     ``agent_cls``: the run's agent, whose requests' POST routes (``model_routes``) are asked
     of each server whose /models passed (``probe_route``: a server with /models and no chat route)."""
     urls = openai_request.resolve_base_urls(config.base_url)
@@ -167,9 +176,30 @@ def probe_endpoint(config: Any, models_required: bool = False, agent_cls: Any = 
         raise (openai_request.ServerUnreachable if none_up else openai_request.ServerRefused)(
             ", ".join(urls), "no server of the fleet serves the run, which would stop at its first request: "
             + "; ".join(exc.answer for exc in refused), "; ".join(fixes))
+    others = len(urls) - len(refused)
     for exc in refused:
-        log.warning("%s; the run takes this server out of its rotation and goes on at the %d other(s) of "
-                    "the fleet (to use it too, fix that there, or leave it out of --base-url)",
-                    exc.answer, len(urls) - len(refused))
+        if isinstance(exc, openai_request.ServerUnreachable):
+            log.warning("%s; the run goes on at the %d other(s) of the fleet and asks this server again as it "
+                        "does a failing one: its requests leave it out for --server-cooldown at a time",
+                        exc.answer, others)
+        else:
+            log.warning("%s; the run leaves this server out for the whole run: it is not asked again, and the run "
+                        "goes on at the %d other(s) of the fleet (to use it too, fix that there and start the run "
+                        "again, or leave it out of --base-url)", exc.answer, others)
         notes.append(f"{exc.url} left out (warned)")
-    return "; ".join(notes)
+    left_out = tuple(exc.url for exc in refused if not isinstance(exc, openai_request.ServerUnreachable))
+    return "; ".join(notes), left_out
+
+
+def servers_left_out(config: Any, agent_cls: Any) -> tuple[str, ...]:
+    """A batch run's check of its fleet (several ``--base-url``) as it starts, when its agent
+    calls the model: the servers that answer but do not serve the model (``probe_fleet``),
+    which its engine's attempts leave out (``Engine.servers_left_out``); ``ServerRefused``
+    when no server serves it. A fleet none of whose servers answers yet is left to the run's
+    requests (their retries and cool-downs), as it was."""
+    if len(openai_request.resolve_base_urls(config.base_url)) < 2 or not calls_model(agent_cls, config):
+        return ()
+    try:
+        return probe_fleet(config, agent_cls=agent_cls)[1]
+    except openai_request.ServerUnreachable:
+        return ()

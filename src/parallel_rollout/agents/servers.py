@@ -14,6 +14,9 @@ the affinity too::
                     401/403/404 (another model served there, a wrong entry) is that server's
                     settings, not the fleet's; the run stops only when none is left to serve
     next reset   ── ServerPool.release(url)
+    left out     ── ServerPool.leave_out(urls): the servers the run's start check found not
+                    serving its model (another model listed: SGLang answers any name, so no
+                    request would tell), out for the run's whole length, never asked again
 
 Load is the number of trajectories a server holds. The pool is one per set of URLs per
 process (``pool_for``): every env loop of a worker process shares it; separate worker
@@ -51,7 +54,17 @@ class ServerPool:
         self._down_until = {url: 0.0 for url in self.urls}
         #: until when each server counts as refusing the run's settings (``refuse``)
         self._refused_until = {url: 0.0 for url in self.urls}
+        #: the servers the run's start check left out for good (``leave_out``)
+        self._left_out: frozenset[str] = frozenset()
         self._lock = threading.Lock()
+
+    def leave_out(self, urls: Collection[str]) -> None:
+        """The run's start check found ``urls`` not serving its model: never acquired again
+        (unless that would leave no server, which the check refuses before any trajectory)."""
+        with self._lock:
+            left_out = self._left_out | (frozenset(urls) & frozenset(self.urls))
+            if len(left_out) < len(self.urls):
+                self._left_out = left_out
 
     def acquire(self, avoid: str | Collection[str] = (), turn: int = 0) -> str:
         """A server for a new (or moving) trajectory: the least-loaded one that is up, other
@@ -60,7 +73,8 @@ class ServerPool:
         avoid = _urls(avoid)
         with self._lock:
             now = time.monotonic()
-            candidates = [u for u in self.urls if u not in avoid] or list(self.urls)
+            serving = [u for u in self.urls if u not in self._left_out]
+            candidates = [u for u in serving if u not in avoid] or serving
             up = [u for u in candidates if self._down_until[u] <= now]
             if up:
                 # ties from position `turn` on: turn 0 (one trajectory alone) uses the first
@@ -95,7 +109,8 @@ class ServerPool:
         avoid = _urls(avoid)
         with self._lock:
             now = time.monotonic()
-            return any(u not in avoid and self._refused_until[u] <= now for u in self.urls)
+            return any(u not in avoid and u not in self._left_out and self._refused_until[u] <= now
+                       for u in self.urls)
 
     def refusing(self) -> frozenset[str]:
         """The servers that refused the run's settings within their cool-down."""
@@ -108,7 +123,8 @@ class ServerPool:
         avoid = _urls(avoid)
         with self._lock:
             now = time.monotonic()
-            return any(u not in avoid and self._down_until[u] <= now for u in self.urls)
+            return any(u not in avoid and u not in self._left_out and self._down_until[u] <= now
+                       for u in self.urls)
 
     def load(self) -> dict[str, int]:
         """Trajectories held per server now."""
@@ -160,12 +176,14 @@ class Route:
         self.turn = 0
         self._held = False
 
-    def start(self, session: str, turn: int = 0) -> None:
+    def start(self, session: str, turn: int = 0, left_out: Collection[str] = ()) -> None:
         """A new trajectory: give back the last one's server, take the least-loaded one
-        (a tie from position ``turn`` of the list on)."""
+        (a tie from position ``turn`` of the list on) of those the run did not leave out."""
         self.end()
         self.turn = turn
         if self.pool is not None:
+            if left_out:
+                self.pool.leave_out(left_out)
             self.url = self.pool.acquire(turn=turn)
             self._held = True
         self.session = session

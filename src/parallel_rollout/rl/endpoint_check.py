@@ -19,6 +19,11 @@ is a server whose /models lists the model but whose route the requests take is n
   call's own ``timeout`` when it gives one (a trainer whose server takes minutes to load
   passes ``get_batch(..., timeout=600)`` to its first call), then ``ConfigError``.
 
+A fleet's server that answers but does not serve the model (``probe_fleet``: its /models
+lists another; SGLang answers any model name, so no request would tell) is left out by every
+worker for the engine's life: the check hands it to the engine (``Engine.servers_left_out``),
+whose attempts carry it to their agents' ``ServerPool``.
+
 Once the check has passed (or any model request got a reply) it is never asked again: a
 server that restarts later meets the patience above, not this. A call that raised it leaves
 it to the next call. ``RolloutScheduler(check_endpoint=False)`` skips it for the engine (a
@@ -34,7 +39,7 @@ import time
 from typing import Any
 
 from ..agents import get_agent
-from ..agents.model_checks import calls_model, probe_endpoint
+from ..agents.model_checks import calls_model, probe_fleet
 from ..agents.openai_request import ServerRefused, ServerUnreachable
 from ..config import RunConfig
 from ..errors import ConfigError
@@ -51,8 +56,10 @@ _FIELDS = {"--base-url": "RunConfig.base_url", "--model": "RunConfig.model",
 class EndpointCheck:
     """One engine's check of its model endpoint before its first batch (module docstring)."""
 
-    def __init__(self, run_config: RunConfig, wanted: bool = True) -> None:
+    def __init__(self, run_config: RunConfig, wanted: bool = True, engine: Any = None) -> None:
         self.run_config = run_config
+        #: the engine whose attempts leave out the servers found not serving the model
+        self.engine = engine
         #: still to be asked: not skipped, not passed yet, and the agent calls the model
         self.pending = wanted and calls_model(get_agent(run_config.agent), run_config)
         self._lock = threading.Lock()  # siblings' first calls in two threads ask it once
@@ -73,7 +80,10 @@ class EndpointCheck:
         deadline = time.monotonic() + wait_s
         while True:
             try:
-                probe_endpoint(self.run_config, models_required=True, agent_cls=get_agent(self.run_config.agent))
+                _, left_out = probe_fleet(self.run_config, models_required=True,
+                                          agent_cls=get_agent(self.run_config.agent))
+                if self.engine is not None:
+                    self.engine.servers_left_out = left_out
                 return
             except ServerUnreachable as exc:
                 if time.monotonic() >= deadline:

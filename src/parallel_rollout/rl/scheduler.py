@@ -158,7 +158,8 @@ class RolloutScheduler(CheckedKeywords, Checkpoints, ChosenBatches, GroupGenerat
             run_config, self.modes, max_concurrent_rollouts=max_concurrent_rollouts,
             envs_per_worker=self.env_config.max_env_num_per_worker, tasks=self._tasks, task_files=task_files)
         try:
-            self._shared.endpoint_check = self._shared.endpoint_check or EndpointCheck(run_config, check_endpoint)
+            self._shared.endpoint_check = self._shared.endpoint_check or EndpointCheck(
+                run_config, check_endpoint, self._shared.engine)
             if not check_endpoint:  # the engine's endpoint, whichever scheduler says so
                 self._shared.endpoint_check.skip()
             self._init_state(max_version_lag, stale_versions)
