@@ -282,7 +282,10 @@ def start(req):
     setup = f"Math.seedrandom({json.dumps(str(req['seed']))});"
     if req.get("time_limit_ms"):
         setup += f"core.EPISODE_MAX_TIME = {int(req['time_limit_ms'])};"
-    _eval(ws, setup + "core.startEpisodeReal(); true")
+    # one episode per page: once the page has graded it (an answer, its time limit), MiniWoB's
+    # START cover would begin another, with a new problem, whose grade became this one's (a
+    # double click: the wrong answer, then the cover; a click after the time limit ran out)
+    _eval(ws, setup + "core.startEpisodeReal(); core.startEpisodeReal = function () {}; true")
     _wait(lambda: _eval(ws, "WOB_TASK_READY"), 10.0, "the MiniWoB task did not get ready")
     time.sleep(req.get("settle_s", 0.05))
     return {**observe(ws, req), "ports": dict(PORTS)}

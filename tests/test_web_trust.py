@@ -1,0 +1,26 @@
+"""web mode: an agent is scored on the episode the task's seed started, and no other. Once the
+page has graded it (a wrong answer, its time limit), MiniWoB's START cover would begin a new
+episode with a new problem; a click on it within the same action (a double click) or after
+the time limit ran out (a slow model) made the failed page's grade the new episode's."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from test_web import run, web_task
+
+pytestmark = pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
+
+
+@pytest.mark.parametrize("cheat", ["double_click", "outwait"])
+def test_a_page_graded_once_cannot_be_restarted_for_a_new_grade(tmp_path, cheat):
+    tasks = [web_task("click-button", seed=0, web_cheat=cheat, time_limit_s=1 if cheat == "outwait" else 10)]
+    run(tmp_path, tasks, agent="web_plugins:RestartingAgent", num_rollouts=1, num_vms=1)
+    record = json.loads((tmp_path / "out" / "web" / "results.jsonl").read_text().splitlines()[0])
+    assert record["reward"] == 0.0, record
+    assert record["eval"]["raw_reward"] == -1 and record["eval"]["ended_by"] == "page", record["eval"]
+    if cheat == "outwait":
+        assert record["eval"]["reason"] == "timed out", record["eval"]

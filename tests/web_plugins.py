@@ -1,0 +1,37 @@
+"""Agents for the web mode's tests: policies that try to be scored 1 on a page they did not
+solve, through the actions the mode accepts."""
+
+from __future__ import annotations
+
+import time
+
+from parallel_rollout.agents.oracle import OracleAgent
+from parallel_rollout.envs.web.oracle import quoted
+
+
+class RestartingAgent(OracleAgent):
+    """Fails the task's page, then has MiniWoB start a new episode by clicking its START cover
+    (which the page shows once it graded one), and solves that one with the oracle.
+
+    ``web_cheat`` (a task field): ``"double_click"`` double-clicks a button the utterance does
+    not name (the first click grades the page -1, the second lands on the cover);
+    ``"outwait"`` sleeps past the page's time limit (a slow model) and then clicks the cover."""
+
+    task_fields = frozenset({"web_cheat"})
+
+    def reset(self, task) -> None:
+        super().reset(task)
+        self.cheat = task.get("web_cheat")
+        self.first = True
+
+    def act(self, observation):
+        if not self.first:
+            return super().act(observation)
+        self.first = False
+        if self.cheat == "outwait":
+            time.sleep(2.5)
+            return {"action": "click", "x": 80, "y": 100}
+        want = quoted(observation["utterance"])[-1]
+        wrong = next(el for el in observation["dom"] if el["tag"] == "button" and el.get("text") != want)
+        return {"action": "click", "x": wrong["left"] + wrong["width"] / 2,
+                "y": wrong["top"] + wrong["height"] / 2, "clicks": 2}
