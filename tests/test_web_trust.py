@@ -24,3 +24,18 @@ def test_a_page_graded_once_cannot_be_restarted_for_a_new_grade(tmp_path, cheat)
     assert record["eval"]["raw_reward"] == -1 and record["eval"]["ended_by"] == "page", record["eval"]
     if cheat == "outwait":
         assert record["eval"]["reason"] == "timed out", record["eval"]
+
+
+@pytest.mark.parametrize("ms", [1e300, "1e300"])
+def test_a_pause_after_any_action_is_checked_as_a_waits(tmp_path, ms):
+    """A click's ``ms`` went unchecked to the driver's sleep: 1e300 broke the driver (an
+    OverflowError), and the episode ended as a sandbox violation; it is bounded as a wait's
+    (10 s at most), and one that is no number is the agent's invalid action."""
+    run(tmp_path, [web_task("click-button", web_stall_ms=ms, time_limit_s=60)], agent="web_plugins:StallingAgent",
+        num_rollouts=1, num_vms=1, max_retries=1)
+    records = [json.loads(line) for line in (tmp_path / "out" / "web" / "results.jsonl").read_text().splitlines()]
+    assert [r["attempt"] for r in records] == [0] and not records[0]["infrastructure"], records
+    assert records[0]["reward"] == 1.0, records[0]  # the oracle went on after the refused action
+    steps = [json.loads(line) for line in (tmp_path / "out" / "web" / records[0]["trajectory"]).read_text().splitlines()]
+    error = steps[0]["observation"]["error"]
+    assert (error == "click: 'ms' must be a number, got '1e300'") if ms == "1e300" else error is None, steps[0]

@@ -35,3 +35,20 @@ class RestartingAgent(OracleAgent):
         wrong = next(el for el in observation["dom"] if el["tag"] == "button" and el.get("text") != want)
         return {"action": "click", "x": wrong["left"] + wrong["width"] / 2,
                 "y": wrong["top"] + wrong["height"] / 2, "clicks": 2}
+
+
+class StallingAgent(OracleAgent):
+    """Sends its first action with a pause the mode never checked (``ms`` on a click: only a
+    wait's is bounded), long enough to stall the driver; then the oracle's actions."""
+
+    task_fields = frozenset({"web_stall_ms"})
+
+    def reset(self, task) -> None:
+        super().reset(task)
+        self.stall = task.get("web_stall_ms")
+
+    def act(self, observation):
+        if self.stall is None:
+            return super().act(observation)
+        stall, self.stall = self.stall, None
+        return {"action": "click", "x": 150, "y": 200, "ms": stall}

@@ -17,7 +17,8 @@ JSON                                                      BrowserGym-style strin
 
 ``ref`` is the element's ref in the last observation's DOM list (negative refs are text
 pieces: clicked at their centre). A ``type`` with a ``ref`` focuses that field and clears it
-first (``"clear": false`` keeps its text).
+first (``"clear": false`` keeps its text). Any action may carry ``ms``, a pause after it,
+bounded as a wait's.
 """
 
 from __future__ import annotations
@@ -135,7 +136,8 @@ def _check(action: dict[str, Any]) -> dict[str, Any]:
         _ref(action)
         if not isinstance(action.get("option"), str):
             raise ActionError("select: 'option' must be the option's text")
-    elif kind == "wait":
+    if kind == "wait" or "ms" in action:  # the pause after any action: a click's was unchecked, and
+        # 1e300 broke the driver's sleep (the episode ended as the VM's breaking, not the agent's action)
         _number(action, "ms", 500)
         action["ms"] = min(max(0, action["ms"]), MAX_WAIT_MS)
     return action
