@@ -39,3 +39,16 @@ def test_a_pause_after_any_action_is_checked_as_a_waits(tmp_path, ms):
     steps = [json.loads(line) for line in (tmp_path / "out" / "web" / records[0]["trajectory"]).read_text().splitlines()]
     error = steps[0]["observation"]["error"]
     assert (error == "click: 'ms' must be a number, got '1e300'") if ms == "1e300" else error is None, steps[0]
+
+
+@pytest.mark.parametrize("reply, field", [('{"action": "scroll", "dy": Infinity}', "dy"),
+                                          ('{"action": "scroll", "dx": NaN}', "dx")])
+def test_a_number_that_is_not_finite_is_the_agents_invalid_action(tmp_path, reply, field):
+    """JSON as Python reads it takes Infinity and NaN: a scroll's went to the browser, which
+    never answered, and the episode ended as a sandbox violation (the VM's breaking)."""
+    run(tmp_path, [web_task("click-button", web_first_reply=reply)], agent="web_plugins:FirstReplyAgent",
+        num_rollouts=1, num_vms=1)
+    record = json.loads((tmp_path / "out" / "web" / "results.jsonl").read_text().splitlines()[0])
+    assert record["status"] == "success" and record["reward"] == 1.0, record
+    first = json.loads((tmp_path / "out" / "web" / record["trajectory"]).read_text().splitlines()[0])
+    assert first["observation"]["error"].startswith(f"scroll: {field!r} must be a finite number, got "), first

@@ -52,3 +52,17 @@ class StallingAgent(OracleAgent):
             return super().act(observation)
         stall, self.stall = self.stall, None
         return {"action": "click", "x": 150, "y": 200, "ms": stall}
+
+
+class FirstReplyAgent(OracleAgent):
+    """Answers the task's ``web_first_reply`` (a model's reply, as text) first; then the oracle."""
+
+    task_fields = frozenset({"web_first_reply"})
+
+    def reset(self, task) -> None:
+        super().reset(task)
+        self.reply = task.get("web_first_reply")
+
+    def act(self, observation):
+        reply, self.reply = self.reply, None
+        return super().act(observation) if reply is None else reply

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 from typing import Any
 
 KINDS = ("click", "type", "press", "scroll", "select", "wait", "done")
@@ -103,6 +104,8 @@ def _number(action: dict[str, Any], name: str, default: float | None = None) -> 
     value = action.get(name)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ActionError(f"{action['action']}: {name!r} must be a number, got {value!r}")
+    if not math.isfinite(value):  # JSON as Python reads it takes Infinity and NaN; the browser never answered
+        raise ActionError(f"{action['action']}: {name!r} must be a finite number, got {value!r}")
 
 
 def _check(action: dict[str, Any]) -> dict[str, Any]:
