@@ -136,6 +136,14 @@ NPM_PYTHON_TEST = ("echo '{\"scripts\": {\"test\": \"python3 -c \\\"raise System
 NPM_BIN = "mkdir -p {0}/node_modules/.bin && printf '#!/bin/sh\\nexit 0\\n' > {0}/node_modules/.bin/python3 && chmod +x {0}/node_modules/.bin/python3"
 LEFTOVER_ROWS["rig_check_npm_bin_above"] = ([NPM_BIN.format("/tmp")], "d=$(mktemp -d) && " + NPM_PYTHON_TEST, False)
 LEFTOVER_ROWS["rig_check_npm_bin_in_the_home"] = ([NPM_BIN.format("~")], "d=~/p && mkdir $d && " + NPM_PYTHON_TEST, False)
+#: so do they for a package named with --prefix (or -C) and for a workspace's (-w), which the
+#: wrappers ran as the check asked, unlooked at: /tmp's .bin took the test script's `python3`
+LEFTOVER_ROWS["rig_check_npm_bin_above_prefix"] = (
+    [NPM_BIN.format("/tmp")], "d=$(mktemp -d) && " + NPM_PYTHON_TEST.replace(" && cd $d && npm ", " && npm --prefix $d "),
+    False)
+LEFTOVER_ROWS["rig_check_npm_bin_above_workspace"] = (
+    [NPM_BIN.format("/tmp")], "d=$(mktemp -d) && mkdir $d/p && echo '{\"workspaces\": [\"p\"]}' > $d/package.json && "
+    + NPM_PYTHON_TEST.replace("$d/package.json", "$d/p/package.json").replace(" npm test", " npm -w p test"), False)
 LEFTOVER_ROWS.update(PYTHON_ROWS)
 LEFTOVER_ROWS.update(BY_PATH_ROWS)
 #: npm ran with its wrapper's folder off PATH, so the `node t.js` of a test script was the system's
@@ -340,7 +348,7 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_npmrc_from_home": "npm", "rig_check_npm_script_node": "npm", "rig_check_node_child": "node",
                      "rig_check_tmux_pane_program": "tmux", "rig_check_vim_filter": "vim",
                      "rig_check_valgrind_child": "valgrind", "rig_check_git_alias_child": "git", "rig_check_gdb_shell": "gdb",
-                     "rig_check_npm_home_package": "npm", "rig_check_npm_bin_above": "npm", "rig_check_npm_bin_in_the_home": "npm", "rig_check_gnumakefile": "make", "rig_check_makefile_of_a_dir": "make",
+                     "rig_check_npm_home_package": "npm", "rig_check_npm_bin_above": "npm", "rig_check_npm_bin_in_the_home": "npm", "rig_check_npm_bin_above_prefix": "npm", "rig_check_npm_bin_above_workspace": "npm", "rig_check_gnumakefile": "make", "rig_check_makefile_of_a_dir": "make",
                      "rig_check_gnumakefile_link": "make", "rig_check_makefile_of_a_long_dir": "make",
                      "rig_check_recursive_make": "make", "rig_check_makefile_copied_with_its_times": "make",
                      "rig_check_makefile_dated_ahead": "make", "rig_check_makefile_of_two_names": "make",
@@ -384,7 +392,9 @@ LEFTOVER_HONEST = {"mvn": "d=$(mktemp -d) && mkdir $d/.mvn && echo -v > $d/.mvn/
                           # a program of the check's own node_modules/.bin above its package
                           " && e=$(mktemp -d) && mkdir -p $e/node_modules/.bin $e/p && printf '#!/bin/sh\\nexit 0\\n'"
                           " > $e/node_modules/.bin/ok && chmod +x $e/node_modules/.bin/ok"
-                          " && echo '{\"scripts\": {\"test\": \"ok\"}}' > $e/p/package.json && cd $e/p && npm test --silent",
+                          " && echo '{\"scripts\": {\"test\": \"ok\"}}' > $e/p/package.json && cd $e/p && npm test --silent"
+                          # and named with --prefix, from elsewhere
+                          " && cd / && npm --prefix $e/p test --silent",
                    # a project's own ./.proverc (-v: each test's lines), tests that pass from the home
                    "prove": "d=$(mktemp -d) && printf 'use Test::More tests => 1;\\nok(1);\\n' > $d/t.t && echo -v > $d/.proverc"
                             " && (cd $d && prove t.t | grep -qx 'ok 1') && cp $d/t.t ~/t.t && cd ~ && prove -Q t.t",
@@ -428,7 +438,8 @@ LEFTOVER_ADDRESS_SPACE = {
     **{row: "npm's node cannot start under RLIMIT_AS of 256 MB, a VM's memory bound without a memory cgroup"
        for row in ("rig_check_npmrc", "rig_check_npm_workspace", "rig_check_npmrc_from_home",
                    "rig_check_npm_script_node", "rig_check_npm_home_package", "rig_check_npm_bin_above",
-                   "rig_check_npm_bin_in_the_home")}}
+                   "rig_check_npm_bin_in_the_home", "rig_check_npm_bin_above_prefix",
+                   "rig_check_npm_bin_above_workspace")}}
 
 #: py rows: name -> (the body of add(a, b), its tests), a wrong answer that tries to pass where
 #: its arguments cross to its process as values. This one changes the list it was given, which

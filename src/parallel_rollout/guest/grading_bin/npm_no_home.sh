@@ -15,19 +15,54 @@
 # the check's in the home; a package the check made itself (its package.json, and its .npmrc
 # if any, dated since the grading command began, $PARALLEL_ROLLOUT_GRADING_SINCE: the graded
 # code's processes were all reaped before) is run from a folder below it as npm would. A
-# check's own --prefix, -g, -w or --workspaces runs npm as the check asks. npm runs
+# check's own --prefix, -g, -w or --workspaces runs npm as the check asks (below no .bin of the
+# graded code's: bins_above). npm runs
 # with PATH as it was (see ./wrap.sh): the `node test.js` of a package's test script is the
 # wrapped node, which reads no ~/.node_modules of the graded code's.
 . "${0%/*}/wrap.sh" || exit
 program=$(command -v "${0##*/}") || exec "${0##*/}" "$@"
 PATH=$path_as_it_was
+# bins_above FOLDER SAID: not run (126) below a node_modules/.bin of a folder above FOLDER (SAID, as
+# the refusal names it) holding a file the check did not make: npm's scripts (npm test, npm run,
+# npm exec -c) run with the node_modules/.bin of the package's folder and of every folder above it
+# first on PATH, and the graded code's /tmp/node_modules/.bin/python3 (or the home's, for a check's
+# package in the home) took a test script's `python3`: tests that exit 3 passed
+bins_above() {
+    above=$1
+    while [ -n "$above" ] && [ "$above" != / ]; do
+        above=${above%/*}
+        bin=$above/node_modules/.bin
+        for found in "$bin" "$bin"/* "$bin"/.[!.]* "$bin"/..?*; do
+            if [ "$found" = "$bin" ]; then  # a link, or a folder no one may list: the graded code's
+                if [ -L "$bin" ] || { [ -e "$bin" ] && { [ ! -r "$bin" ] || [ ! -x "$bin" ]; }; }; then break; fi
+            elif { [ -e "$found" ] || [ -L "$found" ]; } && ! made_by_the_check "$found"; then break; fi
+            found=
+        done
+        if [ -n "$found" ]; then
+            echo "${0##*/}: not run: $found, a program the graded code could have left, would be on the PATH of the package's scripts (npm puts the node_modules/.bin of each folder above $2 there): run it from a folder of the check's own" >&2
+            exit 126
+        fi
+    done
+}
+# A check's own --prefix (-C) or workspace (-w, --workspaces) runs npm as it asks, once the
+# folders above the package it names (above the workspaces: the current folder and up) hold no
+# such .bin; -g runs the global packages' scripts, which no folder of the graded code's holds
+named= prefix_next= workspaces=
 for arg in "$@"; do
+    if [ -n "$prefix_next" ]; then named=$arg prefix_next=; continue; fi
     case $arg in
-        --prefix|--prefix=*|-C|-g|--global|--global=*|--location|--location=*|-w|--workspace|--workspace=*|-ws|--workspaces|--workspaces=*)
-            exec "$program" "$@" ;;
+        --prefix|-C) prefix_next=1 ;;
+        --prefix=*) named=${arg#--prefix=} ;;
+        -w|--workspace|--workspace=*|-ws|--workspaces|--workspaces=*) workspaces=1 ;;
+        -g|--global|--global=*|--location|--location=*) exec "$program" "$@" ;;
         --) break ;;
     esac
 done
+if [ -n "$named" ] || [ -n "$workspaces" ]; then
+    folder=$(cd "${named:-.}" 2>/dev/null && pwd) || exec "$program" "$@"  # npm says a prefix that is not there
+    if [ -n "$workspaces" ]; then bins_above "$folder/." "the workspaces of $folder"; else bins_above "$folder" "$folder"; fi
+    exec "$program" "$@"
+fi
 refuse() {
     echo "${0##*/}: not run: $1/.npmrc, a file the graded code could have written, would be read as the config of the project it runs" >&2
     exit 126
@@ -47,25 +82,7 @@ elif [ "$package" != "$PWD" ]; then  # a package above: npm runs its scripts, re
     echo "${0##*/}: not run: ${package:-/}, a package the graded code could have made (its package.json or node_modules) above the current folder, would be the project npm runs, its scripts and its .npmrc (run npm in the folder of the package it tests, or name it with --prefix)" >&2
     exit 126
 fi
-# npm's scripts (npm test, npm run, npm exec -c) run with the node_modules/.bin of every folder
-# above the package first on PATH: the graded code's /tmp/node_modules/.bin/python3 (or the
-# home's, for a check's package in the home) took a test script's `python3`, and tests that exit
-# 3 passed. Not run (126) below such a folder holding a file the check did not make
-above=$package
-while [ -n "$above" ] && [ "$above" != / ]; do
-    above=${above%/*}
-    bin=$above/node_modules/.bin
-    for found in "$bin" "$bin"/* "$bin"/.[!.]* "$bin"/..?*; do
-        if [ "$found" = "$bin" ]; then  # a link, or a folder no one may list: the graded code's
-            if [ -L "$bin" ] || { [ -e "$bin" ] && { [ ! -r "$bin" ] || [ ! -x "$bin" ]; }; }; then break; fi
-        elif { [ -e "$found" ] || [ -L "$found" ]; } && ! made_by_the_check "$found"; then break; fi
-        found=
-    done
-    if [ -n "$found" ]; then
-        echo "${0##*/}: not run: $found, a program the graded code could have left, would be on the PATH of the package's scripts (npm puts the node_modules/.bin of each folder above ${package:-/} there): run it from a folder of the check's own" >&2
-        exit 126
-    fi
-done
+bins_above "$package" "${package:-/}"
 if ! grep -q '"workspaces"' "${package%/}/package.json" 2>/dev/null; then
     exec "$program" --workspaces=false "$@"
 fi
