@@ -342,3 +342,19 @@ def test_a_json_line_that_is_no_record_is_said_in_jsons_words_by_every_reader(tm
     listed = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(tmp_path / "out"), "--json"])
     assert listed.exit_code == 0, listed.output
     assert json.loads(listed.output)["problem"] == where.replace(str(run_dir) + "/", ""), listed.output
+
+
+@pytest.mark.parametrize("line, said", [(b'{"key": "t0#0"}', "this one has none"),
+                                        (b'{"key": "t0#0", "attempt": "1"}', "this one's is \"1\", a string")],
+                         ids=["no-attempt", "attempt-string"])
+def test_a_record_without_a_whole_attempt_refuses_the_resume_saying_so(tmp_path, finished_run, line, said):
+    """A resume counts each sample's attempts: a record's 'attempt' that is none is said so, as
+    JSON says it (it was "KeyError: 'attempt'", and int() took the string "1")."""
+    run_dir = tmp_path / "out" / "r"
+    lines = (run_dir / "results.jsonl").read_bytes().splitlines(keepends=True)
+    lines.insert(1, line + b"\n")
+    (run_dir / "results.jsonl").write_bytes(b"".join(lines))
+    result = cli(tmp_path, finished_run, "--resume")
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert (f"{run_dir / 'results.jsonl'}:2: corrupted record: a record's 'attempt' is a whole number; {said}"
+            in " ".join(result.output.split())), result.output
