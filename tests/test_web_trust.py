@@ -42,7 +42,8 @@ def test_a_pause_after_any_action_is_checked_as_a_waits(tmp_path, ms):
 
 
 @pytest.mark.parametrize("reply, field", [('{"action": "scroll", "dy": Infinity}', "dy"),
-                                          ('{"action": "scroll", "dx": NaN}', "dx")])
+                                          ('{"action": "scroll", "dx": NaN}', "dx"),
+                                          ('{"action": "scroll", "x": Infinity, "y": 5}', "x")])
 def test_a_number_that_is_not_finite_is_the_agents_invalid_action(tmp_path, reply, field):
     """JSON as Python reads it takes Infinity and NaN: a scroll's went to the browser, which
     never answered, and the episode ended as a sandbox violation (the VM's breaking)."""

@@ -135,6 +135,9 @@ def _check(action: dict[str, Any]) -> dict[str, Any]:
         _number(action, "dy", 0)
         if "ref" in action:
             _ref(action)
+        elif "x" in action or "y" in action:  # where the wheel turns (the task's area without)
+            _number(action, "x", 80)
+            _number(action, "y", 130)
     elif kind == "select":
         _ref(action)
         if not isinstance(action.get("option"), str):
