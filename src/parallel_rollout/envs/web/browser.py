@@ -14,7 +14,7 @@ and a loopback HTTP GET) and followed by one call of ``main(request)``::
 Chromium, each on a port the OS gives (``PORTS``, which ``start`` answers and later requests
 carry; its profile under the home, in the agent's own folder (``agent_folder``), emptied first: on a machine no reset clears, the last
 episode's cookies and local storage are gone all the same), opens the task's page, seeds MiniWoB's random generator and starts the episode.
-``act`` carries out one action; ``observe`` reads the page; ``eval`` (tests, debugging)
+``act`` carries out one action and ``observe`` reads the page (``page.py``); ``eval`` (tests, debugging)
 evaluates an expression in it; ``stop`` ends the server and Chromium (``PIDS``). Each answers one JSON line after
 ``MARKER``: the utterance, the DOM as a flat element list, MiniWoB's reward globals, and a PNG
 screenshot (base64) when asked.
@@ -31,8 +31,9 @@ import shutil
 import sys
 import time
 
-try:  # on the host, a package; in the guest cdp.py's source comes first, in one program (driver_source)
-    from .cdp import Socket, http_get
+try:  # on the host, a package; in the guest cdp.py's and page.py's sources come first, in one program
+    from .cdp import Socket, http_get  # (env.driver_source)
+    from .page import act, evaluate, observe
 except ImportError:
     pass
 
@@ -276,7 +277,7 @@ def start(req):
     ws.call("Page.enable")
     ws.call("Page.bringToFront")  # the page has focus: focus and blur events fire as for a user
     ws.call("Page.navigate", url=url)
-    _wait(lambda: _eval(ws, "typeof core !== 'undefined' && document.readyState === 'complete'"
+    _wait(lambda: evaluate(ws, "typeof core !== 'undefined' && document.readyState === 'complete'"
                         " && document.getElementById('sync-task-cover') !== null"), 20.0,
           f"the MiniWoB page {url} did not load (complete, with MiniWoB's core and task cover)")
     setup = f"Math.seedrandom({json.dumps(str(req['seed']))});"
@@ -285,188 +286,10 @@ def start(req):
     # one episode per page: once the page has graded it (an answer, its time limit), MiniWoB's
     # START cover would begin another, with a new problem, whose grade became this one's (a
     # double click: the wrong answer, then the cover; a click after the time limit ran out)
-    _eval(ws, setup + "core.startEpisodeReal(); core.startEpisodeReal = function () {}; true")
-    _wait(lambda: _eval(ws, "WOB_TASK_READY"), 10.0, "the MiniWoB task did not get ready")
+    evaluate(ws, setup + "core.startEpisodeReal(); core.startEpisodeReal = function () {}; true")
+    _wait(lambda: evaluate(ws, "WOB_TASK_READY"), 10.0, "the MiniWoB task did not get ready")
     time.sleep(req.get("settle_s", 0.05))
     return {**observe(ws, req), "ports": dict(PORTS)}
-
-
-# -- reading the page --------------------------------------------------------------------------
-
-_DOM_JS = r"""
-(function () {
-  var root = core.getDOMInfo(), out = [], texts = {};
-  function walk(node, parent, depth) {
-    var item = {ref: node.ref, parent: parent, depth: depth, tag: node.tag.toLowerCase(),
-                left: Math.round(node.left), top: Math.round(node.top),
-                width: Math.round(node.width), height: Math.round(node.height)};
-    if (node.text) item.text = node.text;
-    if (node.value !== undefined && node.value !== '') item.value = node.value;
-    if (node.id) item.id = node.id;
-    if (node.classes && typeof node.classes === 'string') item.classes = node.classes;
-    if (node.focused) item.focused = true;
-    var el = node.ref > 0 ? core.previousDOMInfo[node.ref] : null;
-    if (el && el.tagName === 'SELECT') {
-      item.options = Array.prototype.map.call(el.options, function (o) { return o.text.trim(); });
-      if (el.selectedIndex >= 0) item.value = el.options[el.selectedIndex].text.trim();
-    }
-    if (node.tag === 't') texts[node.ref] = [node.left + node.width / 2, node.top + node.height / 2];
-    out.push(item);
-    node.children.forEach(function (c) { walk(c, node.ref, depth + 1); });
-  }
-  walk(root, null, 0);
-  window.__prTextCenters = texts;
-  return JSON.stringify(out);
-})()
-"""
-
-_STATE_JS = ("JSON.stringify({done: WOB_DONE_GLOBAL, reward: WOB_REWARD_GLOBAL, "
-             "raw_reward: WOB_RAW_REWARD_GLOBAL, reason: WOB_REWARD_REASON, "
-             "utterance: core.getUtterance(), episode: WOB_EPISODE_ID})")
-
-
-def _eval(ws, expression):
-    result = ws.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
-    if result.get("exceptionDetails"):
-        details = result["exceptionDetails"]
-        text = (details.get("exception") or {}).get("description") or details.get("text")
-        raise RuntimeError(f"page script failed: {text}")
-    return result.get("result", {}).get("value")
-
-
-def observe(ws, req):
-    """The page as the agent sees it, and MiniWoB's reward globals."""
-    state = json.loads(_eval(ws, _STATE_JS))
-    state["dom"] = [] if state["done"] else json.loads(_eval(ws, _DOM_JS))
-    if req.get("screenshot"):
-        state["screenshot"] = ws.call("Page.captureScreenshot", format="png")["data"]
-    return state
-
-
-# -- acting ------------------------------------------------------------------------------------
-
-_KEYS = {
-    "enter": ("Enter", "Enter", 13, "\r"), "tab": ("Tab", "Tab", 9, ""),
-    "backspace": ("Backspace", "Backspace", 8, ""), "delete": ("Delete", "Delete", 46, ""),
-    "escape": ("Escape", "Escape", 27, ""), "space": (" ", "Space", 32, " "),
-    "arrowup": ("ArrowUp", "ArrowUp", 38, ""), "arrowdown": ("ArrowDown", "ArrowDown", 40, ""),
-    "arrowleft": ("ArrowLeft", "ArrowLeft", 37, ""), "arrowright": ("ArrowRight", "ArrowRight", 39, ""),
-    "home": ("Home", "Home", 36, ""), "end": ("End", "End", 35, ""),
-    "pageup": ("PageUp", "PageUp", 33, ""), "pagedown": ("PageDown", "PageDown", 34, ""),
-}
-_MODIFIERS = {"alt": 1, "ctrl": 2, "control": 2, "meta": 4, "cmd": 4, "shift": 8}
-
-
-def _mouse(ws, x, y, button="left", clicks=1):
-    ws.call("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=y)
-    for count in range(1, clicks + 1):
-        ws.call("Input.dispatchMouseEvent", type="mousePressed", x=x, y=y, button=button, clickCount=count)
-        ws.call("Input.dispatchMouseEvent", type="mouseReleased", x=x, y=y, button=button, clickCount=count)
-
-
-def _key(ws, combo):
-    parts = [p for p in combo.replace("-", "+").split("+") if p] if len(combo) > 1 else [combo]
-    modifiers = sum(_MODIFIERS.get(p.lower(), 0) for p in parts[:-1])
-    name = parts[-1]
-    if name.lower() in _KEYS:
-        key, code, vk, text = _KEYS[name.lower()]
-    elif len(name) == 1:
-        key, text = name, name
-        code = f"Key{name.upper()}" if name.isalpha() else (f"Digit{name}" if name.isdigit() else "")
-        vk = ord(name.upper()) if name.isalnum() else 0
-    else:
-        raise ValueError(f"unknown key {name!r}")
-    if modifiers & ~8:
-        text = ""  # ctrl+a selects, it types nothing
-    down = {"type": "keyDown" if text else "rawKeyDown", "key": key, "code": code,
-            "windowsVirtualKeyCode": vk, "modifiers": modifiers}
-    if text:
-        down["text"] = down["unmodifiedText"] = text
-    ws.call("Input.dispatchKeyEvent", **down)
-    ws.call("Input.dispatchKeyEvent", type="keyUp", key=key, code=code, windowsVirtualKeyCode=vk,
-            modifiers=modifiers)
-
-
-def _element_center(ws, ref):
-    ref = int(ref)
-    center = _eval(ws, f"""(function () {{
-      if ({ref} < 0) {{ var c = (window.__prTextCenters || {{}})[{ref}]; return c || null; }}
-      var el = core.previousDOMInfo[{ref}]; if (!el) return null;
-      var r = el.getBoundingClientRect(); return [r.left + r.width / 2, r.top + r.height / 2];
-    }})()""")
-    if center is None:
-        raise ValueError(f"no element with ref {ref} on the page (refs come from the last observation)")
-    return center
-
-
-def _inside_viewport(ws, x, y):
-    """ValueError when (x, y) is off the page's viewport: a click there reaches nothing."""
-    width, height = _eval(ws, "[window.innerWidth, window.innerHeight]")
-    if not (0 <= x < width and 0 <= y < height):
-        raise ValueError(f"the point ({x}, {y}) is outside the page's viewport ({width}x{height}): the click "
-                         "reaches nothing")
-
-
-def act(ws, action):
-    """Carry out one action (a dict already checked by the host)."""
-    kind = action["action"]
-    if kind == "click":
-        if "ref" in action and int(action["ref"]) > 0:
-            ok = _eval(ws, f"core.previousDOMInfo[{int(action['ref'])}] !== undefined "
-                           f"&& core.elementClick({int(action['ref'])})")
-            if ok is not True:
-                raise ValueError(f"no element with ref {action['ref']} on the page "
-                                 "(refs come from the last observation)")
-        else:
-            x, y = _element_center(ws, action["ref"]) if "ref" in action else (action["x"], action["y"])
-            _inside_viewport(ws, x, y)
-            _mouse(ws, x, y, clicks=action.get("clicks", 1))
-    elif kind == "type":
-        if "ref" in action:
-            # a field takes the text; anything else (the page's body, a label) would drop it
-            taken = _eval(ws, f"(function () {{ var el = core.previousDOMInfo[{int(action['ref'])}];"
-                              " if (!el) return 'missing';"
-                              " var tag = el.tagName.toLowerCase();"
-                              " if (!(el.isContentEditable || tag === 'textarea' || (tag === 'input' &&"
-                              " !/^(button|submit|reset|checkbox|radio|file|image|hidden)$/.test(el.type))))"
-                              " return '<' + tag + '>'; el.focus(); return true; })()")
-            if taken == "missing":
-                raise ValueError(f"no element with ref {action['ref']} on the page (refs come from the last observation)")
-            if taken is not True:
-                raise ValueError(f"element {action['ref']} ({taken}) takes no text: type into an input, a textarea "
-                                 "or an editable element")
-            if action.get("clear", True):
-                _eval(ws, f"(function () {{ var el = core.previousDOMInfo[{int(action['ref'])}];"
-                          " if ('value' in el) el.value = ''; return true; })()")
-        for char in action["text"]:
-            if char == "\n":
-                _key(ws, "Enter")
-            else:
-                ws.call("Input.dispatchKeyEvent", type="keyDown", key=char, text=char, unmodifiedText=char)
-                ws.call("Input.dispatchKeyEvent", type="keyUp", key=char)
-    elif kind == "press":
-        _key(ws, action["key"])
-    elif kind == "scroll":
-        x, y = _element_center(ws, action["ref"]) if "ref" in action else (action.get("x", 80), action.get("y", 130))
-        ws.call("Input.dispatchMouseEvent", type="mouseWheel", x=x, y=y,
-                deltaX=action.get("dx", 0), deltaY=action.get("dy", 0))
-    elif kind == "select":
-        ok = _eval(ws, f"""(function () {{
-          var el = core.previousDOMInfo[{int(action['ref'])}], want = {json.dumps(str(action['option']))};
-          if (!el || !el.options) return false;
-          for (var i = 0; i < el.options.length; i++) {{
-            if (el.options[i].text.trim() === want || el.options[i].value === want) {{
-              el.selectedIndex = i; el.dispatchEvent(new Event('input', {{bubbles: true}}));
-              el.dispatchEvent(new Event('change', {{bubbles: true}})); return true; }}
-          }}
-          return false; }})()""")
-        if ok is not True:
-            raise ValueError(f"element {action['ref']} is not a list with the option {action['option']!r}")
-    elif kind == "wait":
-        pass
-    else:
-        raise ValueError(f"unknown action {kind!r}")
-    time.sleep(max(0.0, float(action.get("ms", 0))) / 1000 + 0.03)
 
 
 def main(req):
@@ -492,7 +315,7 @@ def main(req):
             answer = observe(ws, req)
             answer["error"] = error
             if req["op"] == "eval":  # for tests and debugging: not an agent's action
-                answer["value"] = _eval(ws, req["expression"])
+                answer["value"] = evaluate(ws, req["expression"])
                 answer["pages"] = len(_pages())
     except Exception as exc:  # noqa: BLE001 - everything goes back to the host
         answer = {"fatal": f"{type(exc).__name__}: {exc}", "missing": isinstance(exc, BrowserMissing)}

@@ -67,9 +67,10 @@ def time_limit_ms(limit_s: float) -> int:
 @lru_cache(maxsize=1)
 def driver_source() -> str:
     """``browser.py``, the guest-side driver, as text: after ``cdp.py``'s, the DevTools client
-    it uses (OSWorld's Chrome steps send the same, ``envs/osworld/chrome.py``)."""
+    it uses (OSWorld's Chrome steps send the same, ``envs/osworld/chrome.py``), and ``page.py``'s,
+    its reading of the page and its actions."""
     return "\n".join((resources.files(__package__) / name).read_text(encoding="utf-8")
-                     for name in ("cdp.py", "browser.py"))
+                     for name in ("cdp.py", "page.py", "browser.py"))
 
 
 def driver_program(request: dict[str, Any]) -> str:
