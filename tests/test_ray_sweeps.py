@@ -255,12 +255,17 @@ def test_a_head_that_stops_answering_as_the_first_sweep_ends_stops_the_run_namin
     assert_ended_naming_the_head(proc, stderr, said["address"], tmp_path / "ended")
 
 
-#: the CLI run (argv: its sweep's cut-off in seconds, then the run's flags) with the nodes'
-#: sweep cut-off (ray_cluster.SWEEP_S, 120 s) shorter, in this process only
+#: the CLI run (argv: its sweep's cut-off in seconds, optionally "/" and the backstop for a
+#: sweep Ray never starts, then the run's flags) with the nodes' sweep cut-off
+#: (ray_cluster.SWEEP_S, 120 s from the sweep's start) and backstop (SWEEP_START_S, from its
+#: dispatch) shorter, in this process only
 _SWEEP_CUT_OFF = """
 import runpy, sys
 from parallel_rollout.backends import ray_cluster
-ray_cluster.SWEEP_S = float(sys.argv[1])
+cut_off, _, backstop = sys.argv[1].partition("/")
+ray_cluster.SWEEP_S = float(cut_off)
+if backstop:
+    ray_cluster.SWEEP_START_S = float(backstop)
 sys.argv = ["parallel-rollout", *sys.argv[2:]]
 runpy.run_module("parallel_rollout.cli", run_name="__main__")
 """
@@ -279,10 +284,9 @@ def test_a_node_whose_first_sweep_hangs_past_the_cut_off_is_left_out_and_the_run
     node = cl.add_node(**_NODE)
     monkeypatch.delenv(_ENV)
     cli = _cli(tmp_path, cl.address, "cutoff")
-    # the cut-off counts from the sweep's dispatch, a fresh Ray worker's start on each node
-    # included: the other nodes' sweeps must end within it on a loaded machine too (8 s left
-    # them out under load)
-    proc = subprocess.Popen([sys.executable, "-c", _SWEEP_CUT_OFF, "20", *cli[3:]],
+    # the cut-off counts from the sweep's start on its node, not from its dispatch: a fresh
+    # Ray worker's start under load (which left the other nodes out at 8 s) is not in it
+    proc = subprocess.Popen([sys.executable, "-c", _SWEEP_CUT_OFF, "8", *cli[3:]],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         # no writer: the sweep's open of the FIFO waits for one until the cut-off cancels it
@@ -298,7 +302,7 @@ def test_a_node_whose_first_sweep_hangs_past_the_cut_off_is_left_out_and_the_run
     run_dir = tmp_path / "cutoff"
     finals = assert_exactly_once(run_dir, {f"{task_id}#0" for task_id in ray_cluster.SHELL_IDS})
     assert {r["node"] for r in finals.values()} and node.node_id not in {r["node"] for r in finals.values()}
-    why = "its sweep of the run's leftovers did not end within 20s"
+    why = "its sweep of the run's leftovers hung: it had not ended 8s after it started"
     assert f"node {node.node_id[:8]} is left out of the run: {why}" in stderr, stderr[-3000:]
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     assert [e["reason"] for e in events if e["event"] == "node_left_out"] == [
@@ -339,3 +343,49 @@ def test_a_head_that_stops_answering_as_a_stopped_run_sweeps_its_nodes_lets_it_e
     assert summary["interrupted"] is True and summary["finished"] < len(_SLOW), summary
     lost = [e for e in map(json.loads, events.read_text().splitlines()) if e["event"] == "head_lost"]
     assert len(lost) == 1 and said["address"] in lost[0]["reason"], lost
+
+
+#: a start-up file (sitecustomize.py) that makes each Ray worker process of a node whose
+#: PYTHONPATH names its folder start late (PR_TEST_WORKER_START_S seconds), as under load
+_SLOW_WORKER_START = """
+import os, sys, time
+if sys.argv and sys.argv[0].endswith("default_worker.py"):
+    time.sleep(float(os.environ.get("PR_TEST_WORKER_START_S", "0")))
+"""
+
+
+@pytest.mark.slow
+def test_a_node_whose_ray_worker_starts_late_is_not_left_out_by_the_sweeps_cut_off(cluster, tmp_path, monkeypatch):
+    """A node whose Ray workers take 20 s to start, its sweep itself quick: with the sweep's
+    cut-off at 4 s the node is not left out (the cut-off counted Ray's start of the worker);
+    a backstop from the dispatch still leaves out a node that never starts its sweep, said so."""
+    cl, _ = cluster
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_SLOW_WORKER_START)
+    # the node's raylet's environment, and so its workers'
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("PR_TEST_WORKER_START_S", "20")
+    node = cl.add_node(**_NODE)
+    monkeypatch.undo()
+    try:
+        runs = {}
+        for run_id, cut_off in (("late", "4"), ("never", "60/12")):
+            cli = _cli(tmp_path, cl.address, run_id)
+            proc = subprocess.Popen([sys.executable, "-c", _SWEEP_CUT_OFF, cut_off, *cli[3:]],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                runs[run_id] = communicate(proc, 200)[1]
+            finally:
+                proc.kill()
+                proc.wait()
+            assert proc.returncode == 0, runs[run_id][-3000:]
+            assert_exactly_once(tmp_path / run_id, {f"{task_id}#0" for task_id in ray_cluster.SHELL_IDS})
+    finally:
+        cl.remove_node(node, allow_graceful=False)
+    late = json.loads((tmp_path / "late" / "summary.json").read_text())["ray"]
+    assert not late.get("nodes_left_out") and node.node_id in late["nodes"], (late, runs["late"][-3000:])
+    never = json.loads((tmp_path / "never" / "summary.json").read_text())["ray"]
+    why = "it never started its sweep of the run's leftovers: Ray had not started it 12s after it was sent"
+    assert never["nodes_left_out"] == {node.node_id: why}, never
+    assert f"node {node.node_id[:8]} is left out of the run: {why}" in runs["never"], runs["never"][-3000:]

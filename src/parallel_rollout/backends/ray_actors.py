@@ -45,7 +45,7 @@ from ..pool.manager import VMPoolManager
 from ..process_group import lead_group, watch_group
 from ..trajectories import pack_files
 from ..worker import LoopParts, RolloutWorker
-from .ray_logs import LOG_LINES, keep_lines
+from .ray_logs import LOG_LINES, keep_lines, mark_start
 from .ray_pending import answers_within
 
 #: a node's own folder for attempts' files (its disk is not the driver's); the record brings
@@ -306,13 +306,19 @@ def late_progress(asked: list[tuple[Any, list[tuple[str, int]]]]) -> list[Where]
     return [answers.get(ref) or {} for ref in refs]
 
 
-def sweep_here(provider_name: str, run_id: str | None, orphans_only: bool = False, check: bool = False) -> list[str]:
+def sweep_here(provider_name: str, run_id: str | None, orphans_only: bool = False, check: bool = False,
+               start_mark: str | None = None) -> list[str]:
     """A provider's leftover VMs on the node this runs on, removed; ``orphans_only``: keep
     those whose pool is alive (a live run's: nodes may share one host). ``check``: first its
     ProviderUnavailable when the provider cannot run there (no bubblewrap, no docker daemon …):
     the run's preflight checked only the driver's host, and a node's pool without it failed
-    every boot, which stopped the whole run (``the replacement budget is spent``)."""
+    every boot, which stopped the whole run (``the replacement budget is spent``).
+    ``start_mark``: first of all, the key stored in the cluster's store (``mark_start``), by
+    which the driver counts the sweep's cut-off from here, not from Ray's start of a worker."""
     from ..pool.providers import get_provider
+
+    if start_mark is not None:
+        mark_start(start_mark)
 
     provider_cls = get_provider(provider_name)
     if check:

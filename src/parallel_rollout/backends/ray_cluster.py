@@ -15,12 +15,14 @@ import signal
 import socket
 import threading
 import time
+import uuid
 from multiprocessing.connection import wait as mp_wait
 from typing import Any, Callable
 
 from ..errors import STOP_SIGNALS, ClusterUnreachable, InterruptedBeforeStart, ProviderUnavailable, VMError
 from .ray_actors import sweep_here
 from .ray_head import HeadWatch, disconnect_lost
+from .ray_logs import marked
 from .ray_probe import answers_as_grpc
 
 log = logging.getLogger("parallel_rollout")
@@ -33,8 +35,13 @@ LOCAL_OBJECT_STORE_BYTES = 200 * 1024 * 1024
 REACH_TIMEOUT_S = 5.0
 #: how often wait_ready() looks at its pipes while waiting on Ray
 _SLICE_S = 0.05
-#: seconds a node has for a sweep of leftovers (``Sweeps``, ``sweep_cluster``)
+#: seconds a node has for a sweep of leftovers (``Sweeps``, ``sweep_cluster``), from the
+#: sweep's start on the node (its ``sweep_here`` marks it): Ray's start of a worker process and
+#: its import of the package are not in it (under load they left nodes out)
 SWEEP_S = 120.0
+#: seconds Ray has to start a node's sweep, from its dispatch: the backstop for a node that
+#: never starts it (its raylet, or its workers' start, hangs)
+SWEEP_START_S = 300.0
 
 
 def _loopback_first(address: str | None) -> None:
@@ -261,25 +268,38 @@ def merge_stats(per_node: dict[str, dict[str, Any] | None], size: int, provider:
 class Sweeps:
     """The sweeps of this run's leftovers (orphans only) that nodes run before they get a pool
     and workers, at the start and when a node joins mid-run: each a task pinned to its node,
-    waited for with the others' work going on. A node whose sweep fails (the node died) or
-    does not end within SWEEP_S is left out of the run: ``left_out`` says why. ``check``: a
-    node where the provider cannot run (``sweep_here``) is left out too, the reason its own."""
+    waited for with the others' work going on. A node whose sweep fails (the node died), does
+    not end within SWEEP_S of its start on the node (its mark in the cluster's store) or is not
+    started within SWEEP_START_S of its dispatch is left out of the run: ``left_out`` says why.
+    ``check``: a node where the provider cannot run (``sweep_here``) is left out too, the
+    reason its own."""
 
     def __init__(self, provider_name: str, run_id: str, check: bool = False) -> None:
         self.provider_name, self.run_id, self.check = provider_name, run_id, check
-        self.pending: dict[str, tuple[Any, float]] = {}
+        #: by node: its sweep's reference, its deadline, and whether the sweep started there
+        self.pending: dict[str, tuple[Any, float, bool]] = {}
+        #: the start marks' keys of these sweeps (their run's, then the node's id)
+        self._marks = f"{run_id}/{uuid.uuid4().hex}"
         self.left_out: dict[str, str] = {}
         self.removed: list[str] = []  # the VMs the ended sweeps removed
 
     def start(self, node_id: str) -> None:
-        ref = pinned(sweep_here, node_id).remote(self.provider_name, self.run_id, True, self.check)
-        self.pending[node_id] = (ref, time.monotonic() + SWEEP_S)
+        ref = pinned(sweep_here, node_id).remote(self.provider_name, self.run_id, True, self.check,
+                                                 f"{self._marks}/{node_id}")
+        self.pending[node_id] = (ref, time.monotonic() + SWEEP_START_S, False)
 
     def known(self, node_id: str) -> bool:
         return node_id in self.pending or node_id in self.left_out
 
     def refs(self) -> list[Any]:
-        return [ref for ref, _ in self.pending.values()]
+        return [ref for ref, _, _ in self.pending.values()]
+
+    def _mark_started(self) -> None:
+        """The sweeps that started on their node since the last look: their deadline SWEEP_S on."""
+        keys = {f"{self._marks}/{node_id}": node_id for node_id, (_, _, began) in self.pending.items() if not began}
+        for key in marked(list(keys)) if keys else ():
+            ref = self.pending[keys[key]][0]
+            self.pending[keys[key]] = (ref, time.monotonic() + SWEEP_S, True)
 
     def settle(self, give_up: bool = False) -> tuple[list[str], dict[str, str]]:
         """The nodes whose sweep ended (theirs to add, in order) and those left out now, with why
@@ -287,7 +307,8 @@ class Sweeps:
         import ray
 
         swept, failed = [], {}
-        for node_id, (ref, deadline) in sorted(self.pending.items()):
+        self._mark_started()
+        for node_id, (ref, deadline, began) in sorted(self.pending.items()):
             if ray.wait([ref], timeout=0)[0]:
                 try:
                     self.removed += ray.get(ref)
@@ -298,12 +319,21 @@ class Sweeps:
                     failed[node_id] = f"its sweep of the run's leftovers failed: {why(exc)}"
             elif give_up or time.monotonic() > deadline:
                 self.cancel(node_id)
-                failed[node_id] = f"its sweep of the run's leftovers did not end within {SWEEP_S:.0f}s"
+                failed[node_id] = self._late(began)
             else:
                 continue
             del self.pending[node_id]
         self.left_out.update(failed)
         return swept, failed
+
+    @staticmethod
+    def _late(began: bool) -> str:
+        """Why a node whose sweep is past its time is left out: the sweep hung there, or Ray
+        never started it."""
+        if began:
+            return f"its sweep of the run's leftovers hung: it had not ended {SWEEP_S:.0f}s after it started"
+        return ("it never started its sweep of the run's leftovers: Ray had not started it "
+                f"{SWEEP_START_S:.0f}s after it was sent")
 
     def first(self, nodes: list[str], head: HeadWatch) -> tuple[list[str], dict[str, str]] | None:
         """Sweep ``nodes`` at the run's start and wait for them: the nodes swept and those left
@@ -343,7 +373,8 @@ def sweep_cluster(provider_name: str, run_id: str | None, address: str | None,
                   head: HeadWatch | None = None, died: Callable[[str], None] | None = None) -> list[str]:
     """Run the provider's sweep on every alive node (``Sweeps.first``); the removed VMs of all
     of them. VMError (naming each node and what the others removed) when a node's sweep failed
-    (the node died) or did not end within SWEEP_S (a hung mount, daemon …): it waited for
+    (the node died), did not end within SWEEP_S of its start (a hung mount, daemon …) or was
+    not started within SWEEP_START_S: it waited for
     ever, or Ray's error escaped as a traceback; or naming the head when it has not answered
     for HEAD_LOST_S (asked for the nodes, or while they sweep: the command waited on it for
     ever), the process then left to ``exit_if_stranded``. ``head``: the watch of the run

@@ -36,6 +36,9 @@ level) and run.log, as a local worker's lines are (``logs``: ``[rollout-worker-3
   run (``logs.reworded``: a Python ``run()``'s keywords, an RL trainer's RunConfig fields),
   taken as the backend starts: the lines the run's end brings are handled on the thread that
   closes the engine, which may be the trainer's, outside any rewrite.
+* **Start marks.** The same store carries a sweep's word that it started on its node
+  (``mark_start``, ``marked``: ``ray_cluster.Sweeps`` counts the sweep's cut-off from it, not
+  from Ray's start of a worker process there).
 
 Nothing here imports Ray: ``--backend local`` never needs it.
 """
@@ -58,6 +61,8 @@ LOG_LINES = "log_lines"
 
 #: the namespace of the cluster's key-value store that holds the workers' last words
 LAST_WORDS_NS = "parallel_rollout.last_words"
+#: the namespace of the marks of the sweeps that started on their node (``mark_start``)
+SWEEP_MARKS_NS = "parallel_rollout.sweep_started"
 #: seconds a write, read or delete there may take (a head that does not answer)
 LAST_WORDS_WAIT_S = 2.0
 
@@ -171,6 +176,28 @@ def forget_last_words(run_key: str) -> None:
                 store.internal_kv_del(run + b":", True, space, timeout=LAST_WORDS_WAIT_S)
     except Exception:  # noqa: BLE001 - a head that does not answer: left for the next run to delete
         pass
+
+
+def mark_start(key: str) -> None:
+    """In a task: ``key`` stored in the cluster's store (``SWEEP_MARKS_NS``), saying it started
+    (``ray_cluster.Sweeps``); nothing when the store does not answer (the driver's backstop)."""
+    try:
+        _store().internal_kv_put(key.encode(), b"1", True, SWEEP_MARKS_NS.encode(), timeout=LAST_WORDS_WAIT_S)
+    except Exception:  # noqa: BLE001 - the sweep goes on; its node has the backstop's time
+        pass
+
+
+def marked(keys: list[str]) -> set[str]:
+    """On the driver: those of ``keys`` a task stored (``mark_start``), deleted from the store;
+    none when it does not answer."""
+    try:
+        store, space = _store(), SWEEP_MARKS_NS.encode()
+        found = store.internal_kv_multi_get([key.encode() for key in keys], space, timeout=LAST_WORDS_WAIT_S)
+        for key in found:
+            store.internal_kv_del(key, False, space, timeout=LAST_WORDS_WAIT_S)
+        return {key.decode() for key in found}
+    except Exception:  # noqa: BLE001 - a head that does not answer: asked again at the next settle
+        return set()
 
 
 def last_words(key: str | None) -> list[logging.LogRecord]:
