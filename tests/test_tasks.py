@@ -370,6 +370,27 @@ def test_skip_unsupported_skips_the_tasks_the_agent_cannot_run(tmp_path):
         assert (summary["finished"], summary["attempts"], summary["success_rate"]) == (6, 2, 0.3333)
 
 
+def test_the_dry_run_counts_the_tasks_the_agent_cannot_run_as_not_runnable(tmp_path):
+    """--dry-run's census counted as runnable the tasks the agent refuses (the oracle's without
+    a reference), which --skip-unsupported then skips: it said 'runnable 3 of 3 tasks' of a run
+    that runs 1. Each domain's count is of the tasks the run runs, the others named with why,
+    and --limit says how many of the tasks it takes are skipped."""
+    plain = [{k: v for k, v in shell_task(f"n{i}").items() if k != "reference"} for i in range(2)]
+    data = write_tasks(tmp_path / "tasks.jsonl", [*plain, shell_task("t0"), shell_task("t1")])
+    base = ["--mode", "shell", "--data", str(data), "--output-dir", str(tmp_path / "out"), "--no-progress",
+            "--skip-unsupported", "--dry-run"]
+    dry = CliRunner().invoke(main, base)
+    assert dry.exit_code == 0, dry.output
+    lines = dry.output.splitlines()
+    assert lines[-1] == "runnable 2 of 4 tasks", dry.output
+    assert ": 4 tasks, 2 runnable" in dry.output, dry.output
+    assert "  --agent oracle cannot run (has no 'reference' commands): 2 tasks" in lines, dry.output
+    limited = CliRunner().invoke(main, [*base, "--limit", "3"])
+    assert limited.exit_code == 0, limited.output
+    assert ("--limit 3: the run takes the first 3 runnable tasks, of which --agent oracle cannot run 2 "
+            "(an 'unsupported' record each)") in limited.output.splitlines(), limited.output
+
+
 @pytest.mark.skipif(OSWORLD_EXAMPLES is None, reason="OSWorld's task files are not at shared/osworld")
 def test_osworld_skip_unsupported_takes_the_tasks_without_a_reference(tmp_path):
     """OSWorld's run.py flags, the oracle by default: one task of test_small.json's os domain has
@@ -378,6 +399,8 @@ def test_osworld_skip_unsupported_takes_the_tasks_without_a_reference(tmp_path):
                                        str(OSWORLD_EXAMPLES / "test_small.json"), "--domain", "os", "--skip-unsupported",
                                        "--result_dir", str(tmp_path / "out"), "--dry-run"])
     assert result.exit_code == 0, result.output
+    assert "os: 2 tasks, 1 runnable" in result.output.splitlines(), result.output
+    assert result.output.splitlines()[-1] == "runnable 1 of 2 tasks", result.output
 
 
 @pytest.mark.skipif(OSWORLD_EXAMPLES is None, reason="OSWorld's task files are not at shared/osworld")

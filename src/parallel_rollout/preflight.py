@@ -43,6 +43,7 @@ import logging
 from dataclasses import dataclass, field
 
 from .agents import get_agent
+from .agents.base import refused_by_agent
 from .agents.model_checks import calls_model, check_agent, may_call_model, probe_endpoint
 from .config import RunConfig, data_required
 from .config_checks import key_as_given, said_if_given
@@ -181,14 +182,20 @@ def census(cfg: RunConfig) -> str:
     the runnable ones and the unsupported features; nothing is started."""
     if cfg.data is None:
         raise ConfigError(data_required())
-    task_set = run_task_set(cfg, get_agent(cfg.agent).task_fields)
-    lines = census_lines(task_set)
+    agent_cls = get_agent(cfg.agent)
+    task_set = run_task_set(cfg, agent_cls.task_fields)
+    refused = refused_by_agent(agent_cls, task_set.tasks)  # skipped by --skip-unsupported, as the run does
+    lines = census_lines(task_set, refused, cfg.agent)
     taken = task_set.tasks[: cfg.limit] if cfg.limit else task_set.tasks  # what the run takes
-    lines[-1:-1] = get_env(cfg.mode).census_notes(taken, cfg)  # the last line stays the count
+    skipped = {task.id for task, _ in refused}
+    run = [task for task in taken if task.id not in skipped]
+    lines[-1:-1] = get_env(cfg.mode).census_notes(run, cfg)  # the last line stays the count
     if cfg.limit:  # before the last line, which scripts read
         taken_count = min(cfg.limit, len(task_set.tasks))
         lines.insert(-1, f"--limit {cfg.limit}: the run takes the first " + (
-            "runnable task" if taken_count == 1 else f"{taken_count} runnable tasks"))
+            "runnable task" if taken_count == 1 else f"{taken_count} runnable tasks") + (
+            f", of which --agent {cfg.agent} cannot run {taken_count - len(run)} (an 'unsupported' record each)"
+            if len(run) < taken_count else ""))
     return "\n".join(lines)
 
 

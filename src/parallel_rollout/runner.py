@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 
 from .agents import get_agent
+from .agents.base import refused_by_agent
 from .agents.episode import EndpointRefused, ModelUnavailable
 from .agents.model_checks import check_agent, servers_left_out
 from .config import RunConfig, data_required, default_run_id
@@ -50,7 +51,7 @@ from .records import unsupported_record
 from .results import ResultStore, ServerNotes, StorageError
 from .run_end import RunOutcome, finish_run, resume_command, signal_after_the_end
 from .run_folder import RunFolder
-from .tasks import Sample, Task, expand, unsupported_message
+from .tasks import Sample, expand, unsupported_message
 
 log = logging.getLogger("parallel_rollout")
 
@@ -137,7 +138,7 @@ class Runner:
             for sample in expand([item.task], cfg.group_size)]
         if cfg.limit:  # before the agent's check: a task --limit leaves out needs nothing of it
             tasks = tasks[: cfg.limit]
-        refused = self._refused_by_agent(tasks)  # every task the agent cannot run, named at once
+        refused = refused_by_agent(self.agent_cls, tasks)  # every task the agent cannot run, named at once
         if refused and not cfg.skip_unsupported:
             error = TaskFileError.of_records(str(cfg.data), [why for _, why in refused],
                                              f"tasks --agent {cfg.agent} cannot run")
@@ -184,18 +185,6 @@ class Runner:
             log.warning("--compare-to %s: %s; the run goes on; its gate will give no verdict (exit 5)%s",
                         cfg.compare_to, missing, kept_gate(cfg, "compare_to"))
         return samples
-
-    def _refused_by_agent(self, tasks: list[Task]) -> list[tuple[Task, str]]:
-        """The tasks the agent's ``check_task`` refuses (the oracle's without a reference), each
-        with its refusal ("FILE:LINE: --agent oracle: task 'x' has no 'reference' …")."""
-        check_task = getattr(self.agent_cls, "check_task", None)
-        refused = []
-        for task in tasks if check_task is not None else ():
-            try:
-                check_task(task)
-            except TaskFileError as exc:
-                refused.append((task, str(exc)))
-        return refused
 
     def _engine(self, cfg: RunConfig, check_provider: bool = True) -> Engine:
         return Engine(cfg, self.run_dir, run_id=self.run_id, record_sink=self._store_record,

@@ -16,7 +16,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Container, Iterable, Iterator, Mapping
+from typing import Any, Callable, Container, Iterable, Iterator, Mapping, Sequence
 
 from .errors import ModeConflict, TaskFileError
 from .task_files import file_kind, file_records, resolve_data
@@ -230,24 +230,36 @@ def _warn_of_look_alikes(validators: Validators, task: Task, path: str) -> None:
                 "per field and file", task.source, name, task.mode, field_name, field_name, task.mode, ", ".join(fields))
 
 
-def census_lines(task_set: TaskSet) -> list[str]:
-    """Per domain: tasks, runnable, and the unsupported features with their task counts;
-    the last line is ``runnable N of M tasks``."""
+def census_lines(task_set: TaskSet, refused: Sequence[tuple[Task, str]] = (), agent: str = "") -> list[str]:
+    """Per domain: tasks, runnable, and the unsupported features with their task counts, then
+    the tasks ``--agent`` cannot run (``refused``: each with its refusal) by why; the last line
+    is ``runnable N of M tasks``, of the tasks the run runs."""
     from collections import Counter
 
     totals: Counter = Counter(task_set.domains.values())
-    runnable: Counter = Counter(task_set.domains[t.id] for t in task_set.tasks)
+    refused_ids = {task.id for task, _ in refused}
+    runnable: Counter = Counter(task_set.domains[t.id] for t in task_set.tasks if t.id not in refused_ids)
     features: dict[str, Counter] = {}
     for item in task_set.unsupported:
         features.setdefault(task_set.domains[item.task.id], Counter()).update(item.features)
+    for task, why in refused:
+        features.setdefault(task_set.domains[task.id], Counter())[refusal_reason(task, why, agent)] += 1
     lines = []
     for name in sorted(totals):
         lines.append(f"{name}: {totals[name]} task{'s' if totals[name] != 1 else ''}, {runnable[name]} runnable")
         for feature, count in sorted(features.get(name, Counter()).items(),
                                      key=lambda kv: (-kv[1], kv[0])):
-            lines.append(f"  unsupported {feature}: {count} task{'s' if count != 1 else ''}")
-    lines.append(f"runnable {len(task_set.tasks)} of {task_set.total} tasks")
+            said = feature if feature.startswith("--agent ") else f"unsupported {feature}"
+            lines.append(f"  {said}: {count} task{'s' if count != 1 else ''}")
+    lines.append(f"runnable {sum(runnable.values())} of {task_set.total} tasks")
     return lines
+
+
+def refusal_reason(task: Task, why: str, agent: str) -> str:
+    """``--agent X cannot run (why)`` of an agent's refusal of ``task``, without the task's
+    place and name, so that the tasks refused for one reason count together."""
+    reason = why.removeprefix(f"{task.source}: ").removeprefix(f"--agent {agent}: ")
+    return f"--agent {agent} cannot run ({reason.replace(f'task {task.id!r} ', '')})"
 
 
 def unsupported_message(task_set: TaskSet) -> str:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .model_client import ModelClient
 
 __all__ = ["AGENTS", "MODEL_KEYS", "MODEL_OPTIONS", "Agent", "AgentError", "AttemptInfo", "ContextOverflow", "EpisodeCut",
-           "LengthCut", "get_agent", "run_maybe_async"]
+           "LengthCut", "get_agent", "refused_by_agent", "run_maybe_async"]
 
 #: the model client's settings with no flag of their own (config-file keys, run()'s keywords)
 MODEL_KEYS: frozenset[str] = frozenset({"tokenizer", "max_model_len", "on_length", "api_timeout_s", "partial_rollout",
@@ -178,3 +178,18 @@ def get_agent(name: str, said: str | None = None) -> type[Agent]:
     """The agent class for a name (built-in or plugin) or a ``module:Class`` import path; its
     errors name the setting that gave it as ``said`` (``--agent``, ``agent in run.toml``)."""
     return AGENTS.load(name, said)
+
+
+def refused_by_agent(agent_cls: type[Agent], tasks: list[Task]) -> list[tuple[Task, str]]:
+    """The tasks the agent's ``check_task`` refuses (the oracle's without a reference), each
+    with its refusal ("FILE:LINE: --agent oracle: task 'x' has no 'reference' …")."""
+    from ..errors import TaskFileError
+
+    check_task = getattr(agent_cls, "check_task", None)
+    refused = []
+    for task in tasks if check_task is not None else ():
+        try:
+            check_task(task)
+        except TaskFileError as exc:
+            refused.append((task, str(exc)))
+    return refused
