@@ -73,6 +73,10 @@ _WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
 #: words a bare formula may contain without being prose
 _FORMULA_WORDS = frozenset({"sqrt", "pi", "inf", "infty", "oo", "sin", "cos", "tan", "cot", "sec", "csc",
                             "log", "ln", "exp", "arcsin", "arccos", "arctan"})
+#: a percent sign, LaTeX's or plain
+_PERCENT = re.compile(r"\\?%")
+#: a problem that speaks of percent, whose answer may be a bare number of percent ("What percent …?")
+_SPEAKS_OF_PERCENT = re.compile(r"percent|%", re.IGNORECASE)
 
 
 def _braced(text: str, start: int) -> str | None:
@@ -233,12 +237,25 @@ def _plain_numbers(answer: str, other: str) -> str:
                          f"{number[1]}E{number[2]}{number[3]}", answer)
 
 
-def grade(expected: str, extracted: str, timeout_s: float = DEFAULT_GRADE_TIMEOUT_S) -> dict[str, Any]:
-    """``{"correct": bool, "reason": ...}`` for an extracted answer; safe on any thread, bounded
-    by ``timeout_s``; raises only ``GraderKilled`` (its grader killed from outside: retried)."""
+def _percent_as_value(extracted: str, expected: str, problem: str) -> str:
+    """``extracted`` with each percent sign written as the hundredth it is (``3\\%`` is 0.03),
+    unless the ``problem`` speaks of percent or the ``expected`` answer has a percent sign:
+    math-verify takes ``9\\%`` for 9 (for "What percent …?", whose answer is often the bare
+    number), so a percent sign on any answer was free: ``3\\%`` scored for 3 and for 0.03."""
+    if "%" not in extracted or "%" in expected or _SPEAKS_OF_PERCENT.search(problem):
+        return extracted
+    return _PERCENT.sub(lambda _: "\\cdot\\frac{1}{100}", extracted)
+
+
+def grade(expected: str, extracted: str, timeout_s: float = DEFAULT_GRADE_TIMEOUT_S,
+          problem: str = "") -> dict[str, Any]:
+    """``{"correct": bool, "reason": ...}`` for an extracted answer to ``problem``; safe on any
+    thread, bounded by ``timeout_s``; raises only ``GraderKilled`` (its grader killed from
+    outside: retried)."""
     if len(extracted) > MAX_ANSWER_CHARS:
         return {"correct": False, "reason": "answer_too_long"}
-    return grade_isolated(_plain_numbers(expected, extracted), _plain_numbers(extracted, expected), timeout_s)
+    answer = _percent_as_value(_plain_numbers(extracted, expected), expected, problem)
+    return grade_isolated(_plain_numbers(expected, extracted), answer, timeout_s)
 
 
 def _reply_text(action: Any) -> tuple[str | None, bool]:
@@ -336,7 +353,8 @@ class MathEnv(Env):
             self.verdict = {"correct": False, "reason": "no_answer", "detail": reason,
                             "extracted": None, "method": None}
         else:
-            self.verdict = {**grade(str(self.task.get("answer")), extracted, self.grade_timeout_s),
+            self.verdict = {**grade(str(self.task.get("answer")), extracted, self.grade_timeout_s,
+                                    str(self.task.get("problem"))),
                             "extracted": extracted[:MAX_ANSWER_CHARS], "method": method}
         done = self.verdict["correct"] or self.tries >= (self.max_tries or 1)
         observation: dict[str, Any] = {"problem": self.task.get("problem")}
