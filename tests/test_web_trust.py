@@ -53,3 +53,16 @@ def test_a_number_that_is_not_finite_is_the_agents_invalid_action(tmp_path, repl
     assert record["status"] == "success" and record["reward"] == 1.0, record
     first = json.loads((tmp_path / "out" / "web" / record["trajectory"]).read_text().splitlines()[0])
     assert first["observation"]["error"].startswith(f"scroll: {field!r} must be a finite number, got "), first
+
+
+def test_a_text_too_long_to_type_is_the_agents_invalid_action(tmp_path):
+    """A type action's text goes to the browser a key at a time (two DevTools calls each): one
+    long enough ran past the driver's call timeout, and the episode ended as a sandbox violation
+    (the VM's breaking) instead of the agent's invalid action."""
+    reply = json.dumps({"action": "type", "text": "x" * 100_000})
+    run(tmp_path, [web_task("click-button", web_first_reply=reply)], agent="web_plugins:FirstReplyAgent",
+        num_rollouts=1, num_vms=1)
+    record = json.loads((tmp_path / "out" / "web" / "results.jsonl").read_text().splitlines()[0])
+    assert record["status"] == "success" and record["reward"] == 1.0, record
+    first = json.loads((tmp_path / "out" / "web" / record["trajectory"]).read_text().splitlines()[0])
+    assert first["observation"]["error"] == "type: 'text' must be at most 2000 characters, got 100000", first

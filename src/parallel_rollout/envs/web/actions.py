@@ -17,8 +17,8 @@ JSON                                                      BrowserGym-style strin
 
 ``ref`` is the element's ref in the last observation's DOM list (negative refs are text
 pieces: clicked at their centre). A ``type`` with a ``ref`` focuses that field and clears it
-first (``"clear": false`` keeps its text). Any action may carry ``ms``, a pause after it,
-bounded as a wait's.
+first (``"clear": false`` keeps its text); its text is at most ``MAX_TYPE_CHARS`` characters.
+Any action may carry ``ms``, a pause after it, bounded as a wait's.
 """
 
 from __future__ import annotations
@@ -31,6 +31,10 @@ from typing import Any
 KINDS = ("click", "type", "press", "scroll", "select", "wait", "done")
 #: longest wait one action may ask for
 MAX_WAIT_MS = 10_000
+#: longest text one type action may send: the guest types it a key at a time (two DevTools calls
+#: each), and a text past the driver's call timeout ended the episode as the VM's breaking; no
+#: MiniWoB field needs more than a few hundred characters
+MAX_TYPE_CHARS = 2_000
 _CALLS = {
     "click": ("click", ("ref",)), "dblclick": ("click", ("ref",)),
     "mouse_click": ("click", ("x", "y")), "fill": ("type", ("ref", "text")),
@@ -125,6 +129,8 @@ def _check(action: dict[str, Any]) -> dict[str, Any]:
     elif kind == "type":
         if not isinstance(action.get("text"), str):
             raise ActionError(f"type: 'text' must be a string, got {action.get('text')!r}")
+        if len(action["text"]) > MAX_TYPE_CHARS:
+            raise ActionError(f"type: 'text' must be at most {MAX_TYPE_CHARS} characters, got {len(action['text'])}")
         if "ref" in action:
             _ref(action)
     elif kind == "press":
