@@ -274,3 +274,24 @@ def test_a_dry_run_from_python_is_preflight_and_run_says_so(tmp_path):
     (tmp_path / "run.toml").write_text("dry-run = true\n")
     with pytest.raises(ConfigError, match=r"'dry-run' is no setting of a run .*: give it on the command line"):
         preflight(config_file=tmp_path / "run.toml", data=data)
+
+
+def test_the_package_face_runs_and_loads_without_importing_the_api_before(tmp_path):
+    """``import parallel_rollout; parallel_rollout.run(...)`` raised AttributeError (only
+    ``parallel_rollout.api`` had it): ``run`` and ``load_run`` are the package's too, imported
+    when first asked for, so ``import parallel_rollout`` (the CLI's start) loads nothing more."""
+    import subprocess
+    import sys
+
+    import parallel_rollout
+
+    outcome = parallel_rollout.run(mode="shell", data=str(_tasks(tmp_path, 1)), agent="oracle", num_rollouts=1,
+                                   output_dir=str(tmp_path / "out"), run_id="face", progress=False)
+    assert outcome.exit_code == 0 and parallel_rollout.load_run(outcome.run_dir).status() == "complete"
+    assert {"run", "load_run"} <= set(dir(parallel_rollout))
+    with pytest.raises(AttributeError, match="module 'parallel_rollout' has no attribute 'rnu'"):
+        parallel_rollout.rnu  # noqa: B018
+    fresh = subprocess.run([sys.executable, "-c", "import sys, parallel_rollout; "
+                            "print(sorted(m for m in sys.modules if m.startswith('parallel_rollout')))"],
+                           capture_output=True, text=True, check=True)
+    assert fresh.stdout.strip() == "['parallel_rollout']", fresh
