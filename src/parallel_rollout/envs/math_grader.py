@@ -60,6 +60,8 @@ STARVED_WALL_FACTOR = 6
 MEMORY_LIMIT_MB = 256
 #: seconds of one clock tick, the unit of /proc/PID/stat's CPU times
 _TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+#: digits of the largest number an equation of an answer is checked with (``_false_equation``)
+MAX_DIGITS = 10_000
 #: what to do when math-verify is missing
 INSTALL_HINT = "math-verify is not installed: pip install 'parallel-rollout[math]'"
 
@@ -82,11 +84,49 @@ def grade_now(expected: str, extracted: str) -> dict[str, Any]:
     pred = parse(_as_latex(extracted), parsing_timeout=None)
     if not pred:
         return {"correct": False, "reason": "unparseable"}
+    false = next((item for item in pred if _false_equation(item)), None)
+    if false is not None:
+        return {"correct": False, "reason": "wrong", "detail": "the answer's equation is false",
+                "parsed": str(false)[:200]}
     correct = bool(verify(gold, pred, timeout_seconds=None))
     # parse() falls back to the raw string when LaTeX parsing fails; only strings equal then.
     parsed = any(not isinstance(item, str) for item in pred)
     reason = "correct" if correct else ("wrong" if parsed else "unparseable")
     return {"correct": correct, "reason": reason, "parsed": str(pred[0])[:200]}
+
+
+def _false_equation(expr: Any) -> bool:
+    """Whether ``expr`` is an equation (or a chain of them, ``x = 2+2 = 4``) that sets two
+    different real numbers equal: ``3 = 4``, ``x = 4 = 3``, ``\\pi = 3``. math-verify grades an
+    equation's right side (``2+2 = 4`` is 4), so ``\\boxed{3=4}`` scored for 4. Sides with a
+    decimal are left to it (``\\sqrt{2} = 1.414`` is a rounding a reply may write), and sides
+    sympy does not know to be real (``\\sqrt[3]{2-\\sqrt{5}}`` is its complex principal root)."""
+    from sympy import And, Eq, Expr, Float
+
+    equations = expr.args if isinstance(expr, And) else (expr,)
+    if not equations or not all(isinstance(eq, Eq) for eq in equations):
+        return False
+    numbers = [side for eq in equations for side in (eq.lhs, eq.rhs)
+               if isinstance(side, Expr) and side.is_number and side.is_extended_real and not side.atoms(Float)]
+    return any(_differ(number, numbers[0]) for number in numbers[1:])
+
+
+def _differ(a: Any, b: Any) -> bool:
+    """Whether the real numbers ``a`` and ``b`` differ: as 30 digits tell, relatively, and when
+    they agree so far, as every digit of the larger and 30 more tell (sympy's simplify leaves
+    some equal pairs, identities of trigonometry, unsimplified); past ``MAX_DIGITS`` digits
+    that is not known (False: left to math-verify)."""
+    if a.is_infinite or b.is_infinite:
+        return a != b
+    size = abs(a.evalf(30)) + abs(b.evalf(30))
+    gap = abs((a - b).evalf(30))
+    if not (size.is_Number and gap.is_Number):
+        return False
+    if gap > size * 1e-20:
+        return True
+    if size > 10 ** MAX_DIGITS:
+        return False
+    return bool(abs((a - b).evalf(30 + len(str(int(size))))) > 1e-20)
 
 
 def _grade_guarded(expected: str, extracted: str) -> dict[str, Any]:

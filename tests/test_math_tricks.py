@@ -1,11 +1,15 @@
-"""math: a percent sign is the answer's value (3% is 0.03), unless the problem speaks of percent.
+"""math: replies that scored 1 without being right, each graded by what it says, through a
+run of the Runner, as a trainer's rewards come.
 
-math-verify takes ``9\\%`` for 9 (a "what percent" question's gold is often the bare number), so
-a policy that appended ``\\%`` to every answer was never worse off and was paid for a slip of a
-factor 100 too: ``\\boxed{3\\%}`` scored for an answer of 3 and of 0.03, ``\\boxed{300\\%}`` for
-300 and 3. Through a run of the Runner, as a trainer's rewards come.
+* A percent sign is the answer's value (3% is 0.03), unless the problem speaks of percent.
+  math-verify takes ``9\\%`` for 9 (a "what percent" question's gold is often the bare number),
+  so a policy that appended ``\\%`` to every answer was never worse off and was paid for a slip
+  of a factor 100 too: ``\\boxed{3\\%}`` scored for an answer of 3 and of 0.03, ``\\boxed{300\\%}``
+  for 300 and 3.
+* An equation between numbers is a claim that they are equal. math-verify grades an equation's
+  right side (``2+2=4`` is 4), so a false one scored too: ``\\boxed{3=4}`` for 4, ``x=4=3`` for 3.
 
-The agent below is imported by spawned workers as ``test_math_percent:…``, so this module
+The agent below is imported by spawned workers as ``test_math_tricks:…``, so this module
 imports nothing from conftest.
 """
 
@@ -37,10 +41,25 @@ CASES = {
     # an answer that has the sign itself
     "gold-percent": ("How did the price change?", "25\\%", "\\boxed{25\\%}", 1.0),
     "gold-percent-value": ("How did the price change?", "25\\%", "\\boxed{0.25}", 1.0),
+    # a false equation is a wrong answer, whatever its right side
+    "false": ("What is $2+2$?", "4", "\\boxed{3=4}", 0.0),
+    "false-chain": ("Solve $x+1=4$.", "3", "\\boxed{x=4=3}", 0.0),
+    "false-through-x": ("Solve $x+1=5$.", "4", "\\boxed{3=x=4}", 0.0),
+    "false-pi": ("Round $\\pi$ down.", "3", "\\boxed{\\pi=3}", 0.0),
+    # a true one, a worked step or a value named, is right
+    "worked": ("What is $2+2$?", "4", "\\boxed{2+2=4}", 1.0),
+    "named": ("Solve $x+1=5$.", "4", "\\boxed{x=4}", 1.0),
+    "worked-chain": ("Solve $x=2+2$.", "4", "\\boxed{x = 2+2 = 4}", 1.0),
+    "fraction": ("What is $6/2$?", "3", "\\boxed{\\frac{6}{2} = 3}", 1.0),
+    "binomial": ("How many pairs of 5?", "10", "\\boxed{\\binom{5}{2} = 10}", 1.0),
+    "function": ("What is $f(2)$ for $f(x)=2x+1$?", "5", "\\boxed{f(2) = 5}", 1.0),
+    "decimal": ("What is $1/3$ to six places?", "0.333333", "\\boxed{\\frac{1}{3} = 0.333333}", 1.0),
+    "line": ("Which line?", "y=2x+1", "\\boxed{y = 2x + 1}", 1.0),
+    "two-values": ("Solve $(x-3)(x-4)=0$.", "3, 4", "\\boxed{x = 3, x = 4}", 1.0),
 }
 
 
-class PercentAgent(Agent):
+class ReplyAgent(Agent):
     """Replies the case's reply to its task."""
 
     def reset(self, task) -> None:
@@ -50,14 +69,14 @@ class PercentAgent(Agent):
         return self.reply
 
 
-def test_a_percent_sign_is_the_answers_value_unless_a_percent_is_asked(tmp_path: Path):
+def test_a_reply_scores_what_it_says(tmp_path: Path):
     pytest.importorskip("math_verify")
-    data = tmp_path / "percent.jsonl"
+    data = tmp_path / "cases.jsonl"
     data.write_text("".join(json.dumps({"id": task_id, "mode": "math", "problem": problem, "answer": answer}) + "\n"
                             for task_id, (problem, answer, _, _) in CASES.items()))
-    outcome = Runner(build_config(dict(mode="math", data=str(data), agent="test_math_percent:PercentAgent",
+    outcome = Runner(build_config(dict(mode="math", data=str(data), agent="test_math_tricks:ReplyAgent",
                                        num_rollouts=1, progress=False, output_dir=str(tmp_path / "out"),
-                                       run_id="p", task_timeout=60))).run()
+                                       run_id="r", task_timeout=60))).run()
     assert outcome.exit_code in (0, 1), outcome.message
     records = [json.loads(line) for line in (outcome.run_dir / "results.jsonl").read_text().splitlines()]
     rewards = {r["task_id"]: r["reward"] for r in records}
