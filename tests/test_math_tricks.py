@@ -8,6 +8,8 @@ run of the Runner, as a trainer's rewards come.
   for 300 and 3.
 * An equation between numbers is a claim that they are equal. math-verify grades an equation's
   right side (``2+2=4`` is 4), so a false one scored too: ``\\boxed{3=4}`` for 4, ``x=4=3`` for 3.
+* A decimal matches to six places and to a thousandth of the answer's size: math-verify's six
+  places alone took ``0.0`` for 1/2^30 and ``0.0000014`` for 0.000001.
 
 The agent below is imported by spawned workers as ``test_math_tricks:…``, so this module
 imports nothing from conftest.
@@ -56,6 +58,14 @@ CASES = {
     "decimal": ("What is $1/3$ to six places?", "0.333333", "\\boxed{\\frac{1}{3} = 0.333333}", 1.0),
     "line": ("Which line?", "y=2x+1", "\\boxed{y = 2x + 1}", 1.0),
     "two-values": ("Solve $(x-3)(x-4)=0$.", "3, 4", "\\boxed{x = 3, x = 4}", 1.0),
+    # a decimal matches to six places, and to its size: 0.0 is not a tiny answer
+    "tiny-zero": ("What is the chance of 30 heads in 30 tosses?", "\\frac{1}{1073741824}", "\\boxed{0.0}", 0.0),
+    "tiny-off": ("What is $10^{-6}$?", "0.000001", "\\boxed{0.0000014}", 0.0),
+    "tiny-right": ("What is the chance of 30 heads in 30 tosses?", "\\frac{1}{1073741824}",
+                   "\\boxed{9.31322574615479e-10}", 1.0),
+    "third": ("What is $1/3$?", "\\frac{1}{3}", "\\boxed{0.333333}", 1.0),
+    "half": ("What is $1/2$?", "\\frac{1}{2}", "\\boxed{0.5000004}", 1.0),
+    "zero": ("What is $1-1$?", "0", "\\boxed{0.0}", 1.0),
 }
 
 

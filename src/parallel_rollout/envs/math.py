@@ -13,7 +13,8 @@ takes one final answer out of it and grades it against the task's answer::
                      in a grader process with a deadline  ─► reward 1.0 / 0.0 + details
 
 So ``1/2``, ``0.5``, ``\\frac{1}{2}`` and ``\\dfrac12`` agree; decimals count when they match
-to six places (``0.333333`` is 1/3, ``0.33`` is not); intervals keep their brackets; ``1e3``
+to six places and to a thousandth of the answer's size (``0.333333`` is 1/3, ``0.33`` is not,
+``0.0`` is no 1/2^30: ``math_grader``); intervals keep their brackets; ``1e3``
 is 1000 and ``5.`` is 5 (``_plain_numbers``: math-verify alone read 3e and nothing); ``3\\%``
 is 0.03 where the problem speaks of no percent (``_percent_as_value``), and an equation that
 sets two different numbers equal (``3 = 4``) is wrong, whatever its right side (``math_grader``).

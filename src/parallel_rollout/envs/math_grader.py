@@ -88,7 +88,7 @@ def grade_now(expected: str, extracted: str) -> dict[str, Any]:
     if false is not None:
         return {"correct": False, "reason": "wrong", "detail": "the answer's equation is false",
                 "parsed": str(false)[:200]}
-    correct = bool(verify(gold, pred, timeout_seconds=None))
+    correct = bool(verify(gold, pred, timeout_seconds=None)) and not _off_in_size(gold[0], pred[0])
     # parse() falls back to the raw string when LaTeX parsing fails; only strings equal then.
     parsed = any(not isinstance(item, str) for item in pred)
     reason = "correct" if correct else ("wrong" if parsed else "unparseable")
@@ -109,6 +109,18 @@ def _false_equation(expr: Any) -> bool:
     numbers = [side for eq in equations for side in (eq.lhs, eq.rhs)
                if isinstance(side, Expr) and side.is_number and side.is_extended_real and not side.atoms(Float)]
     return any(_differ(number, numbers[0]) for number in numbers[1:])
+
+
+def _off_in_size(gold: Any, pred: Any) -> bool:
+    """Whether a decimal ``pred`` is off the ``gold`` number by more than a thousandth of its
+    size: math-verify matches decimals to six places, which a tiny answer has none of (``0.0``
+    matched 1/2^30, ``0.0000014`` matched 0.000001)."""
+    from sympy import Expr, Float
+
+    if not (isinstance(pred, Float) and isinstance(gold, Expr) and gold.is_number
+            and gold.is_extended_real and not gold.is_infinite):
+        return False
+    return bool(abs((pred - gold).evalf(30)) > abs(gold.evalf(30)) * 1e-3)
 
 
 def _differ(a: Any, b: Any) -> bool:
