@@ -10,6 +10,7 @@ run of the Runner, as a trainer's rewards come.
   right side (``2+2=4`` is 4), so a false one scored too: ``\\boxed{3=4}`` for 4, ``x=4=3`` for 3.
 * A decimal matches to six places and to a thousandth of the answer's size: math-verify's six
   places alone took ``0.0`` for 1/2^30 and ``0.0000014`` for 0.000001.
+* A negation is kept: math-verify read ``\\neq 3`` and ``x \\not= 3`` as 3.
 
 The agent below is imported by spawned workers as ``test_math_tricks:…``, so this module
 imports nothing from conftest.
@@ -58,6 +59,10 @@ CASES = {
     "decimal": ("What is $1/3$ to six places?", "0.333333", "\\boxed{\\frac{1}{3} = 0.333333}", 1.0),
     "line": ("Which line?", "y=2x+1", "\\boxed{y = 2x + 1}", 1.0),
     "two-values": ("Solve $(x-3)(x-4)=0$.", "3, 4", "\\boxed{x = 3, x = 4}", 1.0),
+    # a negation that math-verify drops says no to the number it keeps
+    "not-equal": ("Solve $x+1=4$.", "3", "\\boxed{x \\not= 3}", 0.0),
+    "neq": ("Solve $x+1=4$.", "3", "\\boxed{\\neq 3}", 0.0),
+    "neq-right": ("Where is $1/(x-3)$ defined?", "x \\neq 3", "\\boxed{x \\neq 3}", 1.0),
     # a decimal matches to six places, and to its size: 0.0 is not a tiny answer
     "tiny-zero": ("What is the chance of 30 heads in 30 tosses?", "\\frac{1}{1073741824}", "\\boxed{0.0}", 0.0),
     "tiny-off": ("What is $10^{-6}$?", "0.000001", "\\boxed{0.0000014}", 0.0),

@@ -17,7 +17,8 @@ to six places and to a thousandth of the answer's size (``0.333333`` is 1/3, ``0
 ``0.0`` is no 1/2^30: ``math_grader``); intervals keep their brackets; ``1e3``
 is 1000 and ``5.`` is 5 (``_plain_numbers``: math-verify alone read 3e and nothing); ``3\\%``
 is 0.03 where the problem speaks of no percent (``_percent_as_value``), and an equation that
-sets two different numbers equal (``3 = 4``) is wrong, whatever its right side (``math_grader``).
+sets two different numbers equal (``3 = 4``) is wrong, whatever its right side, as is a
+negation math-verify drops (``\\neq 3`` was 3: ``math_grader``).
 
 The grade runs in a grader process with a deadline (``math_grader``: why a process, and why
 not a fork of the threaded worker). A short answer can still be ruinous — ``9^{9^{9}}`` is

@@ -35,6 +35,7 @@ import atexit
 import json
 import logging
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -62,6 +63,9 @@ MEMORY_LIMIT_MB = 256
 _TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 #: digits of the largest number an equation of an answer is checked with (``_false_equation``)
 MAX_DIGITS = 10_000
+#: a negated relation (``\\neq``, ``\\not=``), which math-verify parses as ``Ne`` or drops (``\\neq 3``
+#: and ``x \\not= 3`` were 3)
+_NEGATION = re.compile(r"\\(?:not|neq?)(?![A-Za-z])")
 #: what to do when math-verify is missing
 INSTALL_HINT = "math-verify is not installed: pip install 'parallel-rollout[math]'"
 
@@ -77,6 +81,7 @@ def _as_latex(answer: str) -> str:
 def grade_now(expected: str, extracted: str) -> dict[str, Any]:
     """Parse both answers and compare them with math-verify, in this thread, unbounded."""
     from math_verify import parse, verify
+    from sympy import Basic, Ne
 
     gold = parse(_as_latex(expected), parsing_timeout=None)
     if not gold:
@@ -84,6 +89,10 @@ def grade_now(expected: str, extracted: str) -> dict[str, Any]:
     pred = parse(_as_latex(extracted), parsing_timeout=None)
     if not pred:
         return {"correct": False, "reason": "unparseable"}
+    exprs = [item for item in pred if isinstance(item, Basic)]
+    if exprs and _NEGATION.search(extracted) and not any(item.has(Ne) for item in exprs):
+        return {"correct": False, "reason": "wrong", "detail": "the answer's negation was dropped in parsing",
+                "parsed": str(pred[0])[:200]}
     false = next((item for item in pred if _false_equation(item)), None)
     if false is not None:
         return {"correct": False, "reason": "wrong", "detail": "the answer's equation is false",
