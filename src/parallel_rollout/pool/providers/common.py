@@ -308,7 +308,8 @@ def write_meta(vm_dir: Path, meta: dict) -> None:
 
 def write_new_file(path: str | os.PathLike, text: str) -> None:
     """``path`` replaced by a new file holding ``text``: never truncated, which ext4 flushes
-    to disk when it is closed (``auto_da_alloc``: ~2 ms of a boot for a small file)."""
+    to disk when it is closed (``auto_da_alloc``: ~2 ms of a boot for a small file). An
+    OSError names ``path`` (a full disk's write would name no file: not which disk to free)."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     data = memoryview(text.encode())
@@ -316,6 +317,8 @@ def write_new_file(path: str | os.PathLike, text: str) -> None:
     try:
         while data:
             data = data[os.write(fd, data):]
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
     finally:
         os.close(fd)
 

@@ -73,7 +73,6 @@ sweep from another PID namespace, where the owner's pid means nothing, sees it l
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import secrets
@@ -91,7 +90,7 @@ from ...errors import ConfigError, GuestUnreachable, ProviderUnavailable, VMErro
 from . import docker_sweep, grading_fronts, host_dirs, host_share, images, seccomp, verify
 from .base import Provider, ProviderOptions, VMInfo
 from .common import (LONG_VM_ID, check_name, checked_socket, make_vm_dir, new_pool_key, pool_folder, read_meta,
-                     remove_run_dir_if_empty, secure_base_dir, start_ticks)
+                     remove_run_dir_if_empty, secure_base_dir, start_ticks, write_meta)
 from .docker_cli import (GUEST_HOME, GUEST_SOCK_DIR, LABEL, SOCKET_NAME, START_HINT, agent_argv,
                          check_image, check_leftovers_free, container_death_cause, container_state,
                          containers, daemon_address, daemon_limits, docker, image_exists, image_kind,
@@ -492,8 +491,5 @@ class DockerProvider(SpareContainers, Provider):
             ("host", socket.gethostname()))]
 
     def _write_meta(self, vm_id: str, vm_dir: Path) -> None:
-        meta = {"run_id": self.run_id, "vm_id": vm_id, "created": time.time(),
-                "owner": self._owner, "image": self.image}
-        tmp = vm_dir / "meta.json.tmp"
-        tmp.write_text(json.dumps(meta, indent=1))
-        tmp.replace(vm_dir / "meta.json")  # sweep must never read half a file
+        write_meta(vm_dir, {"run_id": self.run_id, "vm_id": vm_id, "created": time.time(),
+                            "owner": self._owner, "image": self.image})

@@ -24,7 +24,7 @@ import psutil
 
 from ...errors import ConfigError, ProviderUnavailable, VMError
 from . import host_dirs, images, sandbox_fs
-from .common import same_process, signal_name, start_ticks
+from .common import same_process, signal_name, start_ticks, write_new_file
 from .halted import halted_tree
 
 LABEL = "parallel-rollout"
@@ -228,7 +228,7 @@ def write_user_files(image: str, folder: Path, uid: int, labels: list[str]) -> N
     (``images.with_guest_user``), for a VM's containers to bind over the image's. ``labels``
     go on the container that reads them (the VM's: a sweep finds it if we die meanwhile)."""
     for kind, text in image_user_files(image, labels).items():
-        (folder / kind).write_text(images.with_guest_user(kind, text, uid), encoding="utf-8")
+        write_new_file(folder / kind, images.with_guest_user(kind, text, uid))
         (folder / kind).chmod(0o644)
 
 
