@@ -209,7 +209,8 @@ def host_uid(pid: int, uid: int) -> int:
 
 def check_image(image: str, snapshot_named: bool, desktop: bool) -> None:
     """ConfigError when a snapshot image the user named is missing (or is a container),
-    ProviderUnavailable (how to build it) when the guest image is not built."""
+    ProviderUnavailable (how to build it, naming the older builds there are) when the guest
+    image is not built."""
     if image_exists(image):
         return
     if snapshot_named:
@@ -219,8 +220,11 @@ def check_image(image: str, snapshot_named: bool, desktop: bool) -> None:
                 f"first: docker commit {image} my-snapshot, then --snapshot-name my-snapshot")
         raise ConfigError(f"--snapshot-name {image!r}: no such docker image "
                           "(docker image ls lists the images there are)")
-    raise ProviderUnavailable(
-        f"the docker guest image {image} is not built; build it with: {images.build_command('docker', desktop)}")
+    listing = docker("images", "--format", "{{.Repository}}:{{.Tag}}", image.rpartition(":")[0], check=False)
+    older = [ref for ref in listing.stdout.split() if not ref.endswith(":latest")]
+    stale = f" ({', '.join(older)}, built from another guest agent or recipe, is there)" if older else ""
+    raise ProviderUnavailable(f"the docker guest image {image} is not built{stale}; build it with: "
+                              f"{images.build_command('docker', desktop)}")
 
 
 def write_user_files(image: str, folder: Path, uid: int, labels: list[str]) -> None:
