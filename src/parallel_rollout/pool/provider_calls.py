@@ -16,7 +16,7 @@ import logging
 import time
 from typing import Any
 
-from ..errors import RolloutError, VMSettingsMismatch
+from ..errors import ConfigError, RolloutError, VMSettingsMismatch
 from .call_threads import Call
 from .providers import VMInfo, verify
 from .vm_record import VMRecord, VMState
@@ -46,9 +46,10 @@ class ProviderCalls:
             with self._lock:
                 if vm.state is VMState.BOOTING:
                     self._counters["boot_failures"] += 1
-                    if isinstance(exc, VMSettingsMismatch):
-                        # the run's settings, not the machine: a replacement would fail the
-                        # same way, so none boots and every lease fails with it (lease)
+                    if isinstance(exc, (VMSettingsMismatch, ConfigError)):
+                        # the run's settings, not the machine (a ConfigError: the VMs' folder
+                        # the run refuses, …): a replacement would fail the same way, so none
+                        # boots and every lease fails with it (lease)
                         self._settings_error = self._settings_error or str(exc)
                         self._counters["marked_dead"] += 1
                         self._last_death = f"{vm.vm_id}: {exc}"
