@@ -249,11 +249,15 @@ def test_a_never_graded_record_that_cannot_be_stored_still_ends_its_sample(tmp_p
 
 def test_a_vm_the_provider_cannot_stop_is_one_line_not_a_traceback(tmp_path, monkeypatch):
     """A provider that says why it could not stop a VM (its daemon stopped answering) is
-    logged in one line naming the VM and the sweep: a traceback per VM read as a crash."""
+    logged in one line naming the VM and the sweep: a traceback per VM read as a crash. The
+    sweep is named as the user runs the tool, with the provider (``./dev vms sweep`` swept the
+    default provider's, the process VMs, not a docker run's containers)."""
     monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
+    monkeypatch.setenv("PARALLEL_ROLLOUT_PROG", "parallel-rollout")  # as the user types the tool
     outcome = run(tmp_path, [shell_task("t0")], agent="oracle", num_rollouts=1, num_vms=1,
                   provider_name="chaos_plugins:StopFailsProvider")
     assert outcome.exit_code == 0, outcome.message
     log = (outcome.run_dir / "run.log").read_text()
-    assert "stopping vm-0 failed: chaos: no daemon answers to stop vm-0 (./dev vms sweep" in log, log[-3000:]
+    assert ("stopping vm-0 failed: chaos: no daemon answers to stop vm-0 (parallel-rollout vms sweep "
+            "--provider-name process removes what is left)") in log, log[-3000:]
     assert "Traceback" not in log, log[-3000:]

@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from ..errors import ConfigError, RolloutError, VMSettingsMismatch
+from ..provenance import program
 from .call_threads import Call
 from .providers import VMInfo, verify
 from .vm_record import VMRecord, VMState
@@ -136,6 +137,7 @@ class ProviderCalls:
         try:
             self._provider.stop(info)
         except RolloutError as exc:  # the provider's own account (its daemon down): one line
-            log.warning("stopping %s failed: %s (./dev vms sweep removes what is left)", info.vm_id, exc)
+            log.warning("stopping %s failed: %s (%s vms sweep --provider-name %s removes what is left)",
+                        info.vm_id, exc, program(), self._provider.name)
         except Exception:  # noqa: BLE001 - stopping is best effort; sweep cleans the rest
             log.exception("stopping %s failed", info.vm_id)
