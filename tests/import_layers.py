@@ -38,7 +38,8 @@ from pathlib import Path
 #: (``"engine.py"`` one file, ``"pool/"`` a whole package). A module may import modules of
 #: its own layer and of every layer below it.
 LAYERS: list[list[str]] = [
-    ["cli.py", "__main__.py", "cli_options.py", "cli_aliases.py", "cli_runs.py", "cli_tools.py", "preflight.py", "api.py"],
+    ["__init__.py", "cli.py", "__main__.py", "cli_options.py", "cli_aliases.py", "cli_runs.py", "cli_tools.py", "preflight.py",
+     "api.py"],
     ["runner.py", "run_end.py", "run_folder.py", "rl/", "call_spelling.py", "honoured.py"],
     ["engine.py", "engine_cancels.py", "doorbell.py"],
     ["backends/"],
@@ -49,7 +50,7 @@ LAYERS: list[list[str]] = [
     ["config.py", "config_checks.py", "setting_types.py", "vm_address.py", "pool_sizing.py", "messages.py", "records.py", "tasks.py", "task_files.py", "tasks_osworld.py",
      "task_json.py", "tasks_parquet.py", "results.py", "run_lock.py", "plugins.py", "policy_gate.py", "gate_client.py", "provenance.py",
      "trajectories.py", "logs.py", "run_log.py", "output_checks.py", "process_group.py", "main_guard.py"],
-    ["errors.py", "exit_codes.py", "__init__.py", "worker_cgroup.py"],
+    ["errors.py", "exit_codes.py", "version.py", "worker_cgroup.py"],
 ]
 
 #: modules that may import only the project modules listed (the config is the floor every

@@ -279,7 +279,7 @@ def test_a_dry_run_from_python_is_preflight_and_run_says_so(tmp_path):
 def test_the_package_face_runs_and_loads_without_importing_the_api_before(tmp_path):
     """``import parallel_rollout; parallel_rollout.run(...)`` raised AttributeError (only
     ``parallel_rollout.api`` had it): ``run`` and ``load_run`` are the package's too, imported
-    when first asked for, so ``import parallel_rollout`` (the CLI's start) loads nothing more."""
+    when first asked for, so ``import parallel_rollout`` (the CLI's start) loads its version alone."""
     import subprocess
     import sys
 
@@ -294,4 +294,4 @@ def test_the_package_face_runs_and_loads_without_importing_the_api_before(tmp_pa
     fresh = subprocess.run([sys.executable, "-c", "import sys, parallel_rollout; "
                             "print(sorted(m for m in sys.modules if m.startswith('parallel_rollout')))"],
                            capture_output=True, text=True, check=True)
-    assert fresh.stdout.strip() == "['parallel_rollout']", fresh
+    assert fresh.stdout.strip() == "['parallel_rollout', 'parallel_rollout.version']", fresh

@@ -2,10 +2,11 @@
 
 ``parallel_rollout.run`` and ``parallel_rollout.load_run`` are :mod:`parallel_rollout.api`'s,
 imported when first asked for (PEP 562): ``import parallel_rollout``, which the CLI's start
-makes, loads nothing more, and this bottom layer imports no module above it.
+makes, loads ``version`` and nothing more. The face is the top layer (no module of the package
+imports it: the version is ``version.py``'s), so lending ``api``'s functions points down.
 """
 
-__version__ = "0.1.0"
+from .version import __version__ as __version__  # the face says it
 
 #: the names the package lends from ``api``, imported on first use
 _FROM_API = ("run", "load_run")
@@ -14,9 +15,9 @@ _FROM_API = ("run", "load_run")
 def __getattr__(name: str):
     """``run`` and ``load_run`` from :mod:`parallel_rollout.api`, imported the first time."""
     if name in _FROM_API:
-        import importlib  # here, not at the top: it costs the CLI's start a module it needs not
+        from . import api  # here, not at the top: the CLI's start needs none of it
 
-        value = getattr(importlib.import_module(".api", __name__), name)
+        value = getattr(api, name)
         globals()[name] = value  # asked once
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

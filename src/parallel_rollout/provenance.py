@@ -117,7 +117,7 @@ def _version(distribution: str) -> str | None:
 
 def _package_version() -> str:
     """The source tree's version when the package is not installed (PYTHONPATH=src)."""
-    from . import __version__
+    from .version import __version__
 
     return __version__
 
