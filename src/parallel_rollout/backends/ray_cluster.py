@@ -301,9 +301,8 @@ class Sweeps:
             ref = self.pending[keys[key]][0]
             self.pending[keys[key]] = (ref, time.monotonic() + SWEEP_S, True)
 
-    def settle(self, give_up: bool = False) -> tuple[list[str], dict[str, str]]:
-        """The nodes whose sweep ended (theirs to add, in order) and those left out now, with why
-        (``give_up``: every sweep still running, as if past its time)."""
+    def settle(self) -> tuple[list[str], dict[str, str]]:
+        """The nodes whose sweep ended (theirs to add, in order) and those left out now, with why."""
         import ray
 
         swept, failed = [], {}
@@ -317,7 +316,7 @@ class Sweeps:
                     failed[node_id] = f"the {self.provider_name} provider cannot run there: {exc.cause}"
                 except Exception as exc:  # noqa: BLE001 - the node died, the sweep failed
                     failed[node_id] = f"its sweep of the run's leftovers failed: {why(exc)}"
-            elif give_up or time.monotonic() > deadline:
+            elif time.monotonic() > deadline:
                 self.cancel(node_id)
                 failed[node_id] = self._late(began)
             else:
