@@ -401,3 +401,29 @@ def test_another_packages_main_that_imports_the_cli_keeps_its_ctrl_c(tmp_path):
         out = subprocess.run([sys.executable, "-c", probe.format(argv0=argv0)], capture_output=True,
                              text=True, timeout=60)
         assert out.stdout.strip() == str(keeps), (argv0, out.stdout, out.stderr)
+
+
+@pytest.mark.parametrize("args, usage", [
+    (["run", "--max_steps", "--help"], "Usage: parallel-rollout run "),  # OSWorld's spelling
+    (["run", "--max-turns", "--help"], "Usage: parallel-rollout run "),
+    (["run", "--data", "-h"], "Usage: parallel-rollout run "),
+    (["--mode", "shell", "--num-vms", "--help"], "Usage: parallel-rollout run "),  # run, the default command
+    (["runs", "list", "--output-dir", "--help"], "Usage: parallel-rollout runs list "),
+    (["report", "--output-dir", "--help"], "Usage: parallel-rollout report "),
+    (["vms", "sweep", "--provider-name", "--help"], "Usage: parallel-rollout vms sweep "),
+])
+def test_help_after_a_flag_that_takes_a_value_shows_the_help(args, usage):
+    """A user who types a flag and then --help asks what the flag takes: click read --help as
+    its value ("'--help' is not a valid integer", "no such output folder")."""
+    result = CliRunner().invoke(main, args, prog_name="parallel-rollout", terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(usage), result.output
+
+
+def test_help_after_a_flag_that_takes_a_value_shows_the_help_in_a_subprocess():
+    """The same through run_parallel_rollout.py, OSWorld's way of calling its runner."""
+    result = subprocess.run([sys.executable, str(ROOT / "run_parallel_rollout.py"), "--max_steps", "--help"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Usage: run_parallel_rollout.py run "), result.stdout
+    assert "--max-turns" in result.stdout

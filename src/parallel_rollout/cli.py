@@ -89,6 +89,26 @@ def _shown_on_a_lost_stderr() -> Iterator[None]:
         raise
 
 
+def _help_asked(group: click.Group, args: list[str]) -> list[str]:
+    """``args`` cut to the command's words and ``--help`` when a help flag is among them:
+    after a flag that takes a value (``run --max_steps --help``) click read it as that value
+    ("'--help' is not a valid integer"), where the user asked for help. Not after ``--``,
+    nor for a command that reads its own help (osworld-cache), nor past a word that is no
+    command of its group (click names it)."""
+    end = args.index("--") if "--" in args else len(args)
+    if not any(arg in group.context_settings["help_option_names"] for arg in args[:end]):
+        return args
+    words: list[str] = []
+    command: click.Command = group
+    while isinstance(command, click.Group) and len(words) < end and args[len(words)] in command.commands:
+        command = command.commands[args[len(words)]]
+        words.append(args[len(words)])
+    stops_at_a_word = isinstance(command, click.Group) and len(words) < end and not args[len(words)].startswith("-")
+    if not words or not command.add_help_option or stops_at_a_word:
+        return args
+    return [*words, "--help"]
+
+
 class _DefaultRunGroup(click.Group):
     """A group that treats ``parallel-rollout --mode …`` as ``parallel-rollout run --mode …``."""
 
@@ -111,7 +131,7 @@ class _DefaultRunGroup(click.Group):
                 raise click.UsageError(f"no command {args[0]!r}: the commands are {', '.join(sorted(self.commands))}; "
                                        "run's flags (--mode, --data …) need no command before them", ctx)
             args = ["run", *args]
-        return super().parse_args(ctx, args)
+        return super().parse_args(ctx, _help_asked(self, args))
 
     def invoke(self, ctx: click.Context) -> Any:
         """Every command: a ConfigError of the core (bad input) is a usage error, exit 2, on
