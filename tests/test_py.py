@@ -120,6 +120,34 @@ def test_tests_that_print_are_graded_by_their_asserts(tmp_path):
     assert finals["wrong#0"]["eval"]["output_tail"] == "got 4\n"
 
 
+#: tests that expect an error for a negative and catch it broadly, as many a task's do
+CATCHING = {"except_exception": "except Exception:", "bare_except": "except:"}
+CATCHING_TEST = ("def check(candidate):\n    assert candidate(2, 3) == 5\n    try:\n        candidate(-1, 1)\n"
+                 "    {}\n        return\n    assert False, 'a negative must raise'\n")
+#: name -> (the body of add(), its verdict): an answer whose process ends where the tests expect
+#: an error raised is killed, whatever the tests catch
+DYING = {"raises": ("    if a < 0:\n        raise ValueError(a)\n    return a + b\n", "passed"),
+         "exits": ("    import os\n    if a < 0:\n        os._exit(0)\n    return a + b\n", "killed"),
+         "killed_by_a_signal": ("    import os, signal\n    if a < 0:\n        os.kill(os.getpid(), signal.SIGKILL)\n"
+                                "    return a + b\n", "killed"),
+         "returns": (GOOD, "assertion")}
+
+
+def test_an_answer_whose_process_dies_is_killed_whatever_the_tests_catch(tmp_path):
+    """The answer's death reached the tests as an exception (ChildDied, an Exception), which
+    tests expecting an error caught: ``os._exit(0)`` on a negative passed tests that want it to
+    raise, as the right answer does. Its process ended, so it is ``killed``, graded 0."""
+    tasks = [task(f"{answer}-{catch}", [body], test=CATCHING_TEST.format(clause))
+             for catch, clause in CATCHING.items() for answer, (body, _) in DYING.items()]
+    outcome = run(tmp_path, tasks, task_timeout=60)
+    finals = assert_exactly_once(outcome.run_dir, {f"{t['id']}#0" for t in tasks})
+    for catch in CATCHING:
+        for answer, (_, kind) in DYING.items():
+            record = finals[f"{answer}-{catch}#0"]
+            assert record["eval"]["kind"] == kind, (answer, catch, record["eval"])
+            assert record["success"] == (kind == "passed"), record
+
+
 def test_more_turns_see_feedback_and_every_try_is_kept(tmp_path):
     tasks = [task("retry", ["    return a +\n", "    return a - b\n", GOOD])]
     outcome = run(tmp_path, tasks, max_turns=3)

@@ -41,8 +41,10 @@ TAIL = 2000
 GRACE_S = 1.0
 
 
-class ChildDied(Exception):
-    """The answer's process ended on its own (os._exit, a signal, a memory limit)."""
+class ChildDied(BaseException):
+    """The answer's process ended on its own (os._exit, a signal, a memory limit). No
+    Exception, which tests expecting an error catch (``except Exception: return``): an answer
+    that ended its process there passed them, as the one that raises does."""
 
 
 #: bits past which an int crosses as hex (``BIG`` of the answer's process): a bigger one's
@@ -262,6 +264,7 @@ def main():
     reader.start()
     calls = os.fdopen(calls_w, "w")
     answers = os.fdopen(answers_r, "r")
+    died = []
 
     def exchange(message):
         try:
@@ -271,6 +274,7 @@ def main():
             pass
         line = answers.readline()
         if not line:
+            died.append(True)  # killed, whatever the tests then catch (a bare except too)
             raise ChildDied()
         try:
             return json.loads(line)
@@ -339,7 +343,7 @@ def main():
             namespace["check"](candidate)
             verdict = ("passed", "")
     except ChildDied:
-        verdict = None
+        pass
     except AssertionError:
         verdict = ("assertion", traceback.format_exc())
     except BaseException as exc:
@@ -365,7 +369,7 @@ def main():
         child.kill()
         code = child.wait()
     reader.join(timeout=GRACE_S)
-    if verdict is None:
+    if verdict is None or died:
         verdict = ("killed", f"exit status {code}")
     text = output.decode("utf-8", "replace")[-TAIL:]
     with os.fdopen(verdict_out, "w") as out:
