@@ -245,12 +245,17 @@ def test_openai_agent_searches_then_answers(tmp_path, llm_server, monkeypatch):
     assert server.requests[0]["body"]["messages"][0]["content"] == prompts.RAG_SYSTEM
 
 
-def test_a_gold_answer_of_an_article_is_graded_on_its_words(small_corpus, tmp_path):
-    """A gold answer that SQuAD's normalization empties (an article, "A" the blood type or the
-    vitamin) is compared with its articles kept: its right answer scored F1 0, and any article
-    or punctuation, "the", scored EM 1."""
-    submits = {"the": (0.0, 0.0), "An": (0.0, 0.0), "A.": (1.0, 1.0), "type A": (0.0, 2 / 3), "B": (0.0, 0.0)}
-    tasks = [{"id": f"q{n}", "question": "Which blood type has antigen A only?", "answers": ["A"],
+@pytest.mark.parametrize("gold, submits", [
+    # an article ("A", the blood type or the vitamin): its right answer scored F1 0, and any
+    # article or punctuation, "the", EM 1
+    ("A", {"the": (0.0, 0.0), "An": (0.0, 0.0), "A.": (1.0, 1.0), "type A": (0.0, 2 / 3), "B": (0.0, 0.0)}),
+    # punctuation alone (the operator "!"): an empty answer, or any other punctuation, scored EM 1
+    ("!", {"": (0.0, 0.0), "?": (0.0, 0.0), "the": (0.0, 0.0), "!": (1.0, 1.0), " ! ": (1.0, 1.0)}),
+], ids=["article", "punctuation"])
+def test_a_gold_answer_that_normalization_empties_is_graded_on_what_it_says(small_corpus, tmp_path, gold, submits):
+    """A gold answer that SQuAD's normalization empties is compared with its articles kept, or,
+    when it is punctuation alone, as written (case and spacing aside)."""
+    tasks = [{"id": f"q{n}", "question": "Which one is it?", "answers": [gold],
               "corpus": "docs.jsonl", "submit": submit} for n, submit in enumerate(submits)]
     data = write_tasks(tmp_path / "tasks.jsonl", tasks)
     for metric in ("f1", "em"):

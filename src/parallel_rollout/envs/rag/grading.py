@@ -11,7 +11,9 @@ each as the maximum over the gold answers. This module follows that definition; 
 checks it against an implementation written independently inside the test. One exception: a
 gold answer the normalization empties (an article: "A", the blood type or the vitamin) is
 compared, and the prediction with it, with the articles kept; SQuAD's way scored its right
-answer F1 0 and any article or punctuation ("the") EM 1.
+answer F1 0 and any article or punctuation ("the") EM 1. A gold answer of punctuation alone
+(the operator "!") is compared as written, case and spacing aside: emptied, it matched an empty
+answer, or any punctuation, EM 1.
 """
 
 from __future__ import annotations
@@ -33,8 +35,11 @@ def normalize_answer(text: str, articles: bool = False) -> str:
 
 
 def _normalized(prediction: str, gold: str) -> tuple[str, str]:
-    """Both normalized, the articles kept where the gold answer is nothing else."""
+    """Both normalized, the articles kept where the gold answer is nothing else, the
+    punctuation too where it is nothing but punctuation."""
     articles = not normalize_answer(gold)
+    if articles and not normalize_answer(gold, articles):
+        return " ".join(prediction.lower().split()), " ".join(gold.lower().split())
     return normalize_answer(prediction, articles), normalize_answer(gold, articles)
 
 
