@@ -41,6 +41,16 @@ CASES = {
     "asks-percent": ("What percent of the students passed?", "25", "\\boxed{25\\%}", 1.0),
     "asks-percent-sign": ("What is $5$ as a \\% of $20$?", "25", "\\boxed{25\\%}", 1.0),
     "asks-percent-bare": ("What percent of the students passed?", "25", "\\boxed{25}", 1.0),
+    "asks-percent-decimal": ("What percent of the students passed?", "2.5", "\\boxed{2.5\\%}", 1.0),
+    "asks-percent-fraction": ("What percent is $1$ of $3$?", "33\\frac{1}{3}", "\\boxed{33\\frac{1}{3}\\%}", 1.0),
+    # ... in the problem's unit alone: 2500% is no 25 there, nor 300% a 3 of a problem with a percent in it
+    "asks-percent-100x": ("What percent of the students passed?", "25", "\\boxed{2500\\%}", 0.0),
+    "speaks-percent-100x": ("What is $5\\%$ of $60$?", "3", "\\boxed{300\\%}", 0.0),
+    "speaks-percent-word": ("What is $5\\%$ of $60$?", "3", "\\boxed{300 \\text{ percent}}", 0.0),
+    # a percent spelt out is a percent sign
+    "count-word": ("How many pages did she read?", "25", "\\boxed{25 \\text{ percent}}", 0.0),
+    "count-pct": ("How many pages did she read?", "25", "\\boxed{25 \\text{pct}}", 0.0),
+    "prob-word": ("What is the probability of a red ball?", "0.25", "\\boxed{25 \\text{ percent}}", 1.0),
     # an answer that has the sign itself
     "gold-percent": ("How did the price change?", "25\\%", "\\boxed{25\\%}", 1.0),
     "gold-percent-value": ("How did the price change?", "25\\%", "\\boxed{0.25}", 1.0),

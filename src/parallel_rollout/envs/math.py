@@ -16,7 +16,8 @@ So ``1/2``, ``0.5``, ``\\frac{1}{2}`` and ``\\dfrac12`` agree; decimals count wh
 to six places and to a thousandth of the answer's size (``0.333333`` is 1/3, ``0.33`` is not,
 ``0.0`` is no 1/2^30: ``math_grader``); intervals keep their brackets; ``1e3``
 is 1000 and ``5.`` is 5 (``_plain_numbers``: math-verify alone read 3e and nothing); ``3\\%``
-is 0.03 where the problem speaks of no percent (``_percent_as_value``), and an equation that
+is 0.03 where the problem speaks of no percent and 3 where it does, one reading, never both
+(``_percent_as_value``), and an equation that
 sets two different numbers equal (``3 = 4``) is wrong, whatever its right side, as is a
 negation math-verify drops (``\\neq 3`` was 3: ``math_grader``).
 
@@ -79,6 +80,10 @@ _FORMULA_WORDS = frozenset({"sqrt", "pi", "inf", "infty", "oo", "sin", "cos", "t
                             "log", "ln", "exp", "arcsin", "arccos", "arctan"})
 #: a percent sign, LaTeX's or plain
 _PERCENT = re.compile(r"\\?%")
+#: a percent spelt out (``25 \\text{ percent}``, ``25 pct``), which math-verify takes for a percent
+#: sign (``\\text{ percent}`` it dropped: 25)
+_PERCENT_WORD = re.compile(r"\\(?:text|textrm|mathrm|mbox)\s*\{\s*(?:\\?%|percent(?:age)?|pct)\s*\}"
+                           r"|(?<![A-Za-z\\])(?:percent(?:age)?|pct)(?![A-Za-z])", re.IGNORECASE)
 #: a problem that speaks of percent, whose answer may be a bare number of percent ("What percent …?")
 _SPEAKS_OF_PERCENT = re.compile(r"percent|%", re.IGNORECASE)
 
@@ -242,12 +247,17 @@ def _plain_numbers(answer: str, other: str) -> str:
 
 
 def _percent_as_value(extracted: str, expected: str, problem: str) -> str:
-    """``extracted`` with each percent sign written as the hundredth it is (``3\\%`` is 0.03),
-    unless the ``problem`` speaks of percent or the ``expected`` answer has a percent sign:
-    math-verify takes ``9\\%`` for 9 (for "What percent …?", whose answer is often the bare
-    number), so a percent sign on any answer was free: ``3\\%`` scored for 3 and for 0.03."""
-    if "%" not in extracted or "%" in expected or _SPEAKS_OF_PERCENT.search(problem):
+    """``extracted`` with each percent (a sign, or spelt out) read in one unit, the ``problem``'s:
+    where it speaks of percent, its numbers are percents and ``25\\%`` is 25; elsewhere a percent
+    is the hundredth it is (``3\\%`` is 0.03); an ``expected`` answer with a percent sign is left
+    to math-verify, which compares percent with percent. math-verify reads ``X\\%`` both ways, X
+    and X/100, so a percent sign on any answer was a hedge: ``3\\%`` scored for 3 and for 0.03,
+    ``2500\\%`` for a "What percent …?" of 25 (and ``2.5\\%``, a float, only as 0.025)."""
+    extracted = _PERCENT_WORD.sub(lambda _: "\\%", extracted)
+    if "%" not in extracted or "%" in expected:
         return extracted
+    if _SPEAKS_OF_PERCENT.search(problem):
+        return _PERCENT.sub(" ", extracted)
     return _PERCENT.sub(lambda _: "\\cdot\\frac{1}{100}", extracted)
 
 
