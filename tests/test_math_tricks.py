@@ -81,6 +81,15 @@ CASES = {
     "third": ("What is $1/3$?", "\\frac{1}{3}", "\\boxed{0.333333}", 1.0),
     "half": ("What is $1/2$?", "\\frac{1}{2}", "\\boxed{0.5000004}", 1.0),
     "zero": ("What is $1-1$?", "0", "\\boxed{0.0}", 1.0),
+    # LaTeX's spacing is a space, and what \\phantom hides is no part of the answer: math-verify
+    # added 3\\;4 up to 7 and read \\phantom{4}3, which shows 3, as 7
+    "phantom": ("What is $3+4$?", "7", "\\boxed{\\phantom{4}3}", 0.0),
+    "phantom-right": ("What is $1+2$?", "3", "\\boxed{\\phantom{4}3}", 1.0),
+    "spaced-sum": ("What is $3+4$?", "7", "\\boxed{3\\;4}", 0.0),
+    "quad-sum": ("What is $3+4$?", "7", "\\boxed{3\\quad 4}", 0.0),
+    "hspace": ("What is $2+2$?", "4", "\\boxed{3\\hspace{1em}4}", 0.0),
+    "spaced-list": ("Solve $(x-3)(x-4)=0$.", "3, 4", "\\boxed{3\\; 4}", 1.0),
+    "thousands": ("How many?", "10000", "\\boxed{10\\,000}", 1.0),
 }
 
 

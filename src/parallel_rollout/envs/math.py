@@ -17,7 +17,8 @@ to six places and to a thousandth of the answer's size (``0.333333`` is 1/3, ``0
 ``0.0`` is no 1/2^30: ``math_grader``); intervals keep their brackets; ``1e3``
 is 1000 and ``5.`` is 5 (``_plain_numbers``: math-verify alone read 3e and nothing); ``3\\%``
 is 0.03 where the problem speaks of no percent and 3 where it does, one reading, never both
-(``_percent_as_value``), and an equation that
+(``_percent_as_value``); ``3\\;4`` is two numbers and ``\\phantom{4}3`` is 3 (``_plain_numbers``:
+math-verify read both as 7), and an equation that
 sets two different numbers equal (``3 = 4``) is wrong, whatever its right side, as is a
 negation math-verify drops (``\\neq 3`` was 3: ``math_grader``).
 
@@ -84,6 +85,11 @@ _PERCENT = re.compile(r"\\?%")
 #: sign (``\\text{ percent}`` it dropped: 25)
 _PERCENT_WORD = re.compile(r"\\(?:text|textrm|mathrm|mbox)\s*\{\s*(?:\\?%|percent(?:age)?|pct)\s*\}"
                            r"|(?<![A-Za-z\\])(?:percent(?:age)?|pct)(?![A-Za-z])", re.IGNORECASE)
+#: LaTeX's horizontal spacing: a space (math-verify read ``3\\;4`` as 7, ``3\\hspace{1em}4`` as 4)
+_SPACING = re.compile(r"\\(?:[,:;> ]|quad|qquad|enspace|thinspace|medspace|thickspace"
+                      r"|hspace\*?\s*\{[^{}]*\}|text\s*\{\s*\}|mbox\s*\{\s*\})|~")
+#: what LaTeX leaves invisible (``\\phantom{4}3`` shows 3; math-verify read 7)
+_PHANTOM = re.compile(r"\\[hv]?phantom\s*(?=\{)")
 #: a problem that speaks of percent, whose answer may be a bare number of percent ("What percent …?")
 _SPEAKS_OF_PERCENT = re.compile(r"percent|%", re.IGNORECASE)
 
@@ -238,12 +244,22 @@ def _plain_numbers(answer: str, other: str) -> str:
     reads as a power of ten (its small e is Euler's number: ``1e3`` was 3e, ``2e5+1`` 10e + 1,
     so 200001 was wrong and 10e + 1 right); one with a signed exponent stays as written where
     ``other`` holds Euler's number (``2e-1`` beside ``2e - 1`` stays 2e - 1)."""
-    answer = _THIN_SPACE.sub("", _CLOSING_POINT.sub("", answer))
+    answer = _SPACING.sub(" ", _THIN_SPACE.sub("", _CLOSING_POINT.sub("", _visible(answer))))
     if _SPACED_NUMBERS.fullmatch(answer.strip()):
         return ", ".join(answer.split())  # as many numbers as it writes, not their sum
     euler = _EULER.search(re.sub(r"\\[A-Za-z]+", "", _E_NUMBER.sub("", other)))
     return _E_NUMBER.sub(lambda number: number[0] if number[2] and euler else
                          f"{number[1]}E{number[2]}{number[3]}", answer)
+
+
+def _visible(answer: str) -> str:
+    """``answer`` without what ``\\phantom`` (``\\hphantom``, ``\\vphantom``) hides."""
+    while (match := _PHANTOM.search(answer)) is not None:
+        hidden = _braced(answer, match.end())
+        if hidden is None:
+            return answer
+        answer = answer[:match.start()] + " " + answer[match.end() + len(hidden) + 2:]
+    return answer
 
 
 def _percent_as_value(extracted: str, expected: str, problem: str) -> str:
