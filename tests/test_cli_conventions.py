@@ -176,6 +176,20 @@ def test_osworld_flags_without_an_equivalent_say_what_to_use(flag, equivalent):
     assert equivalent in result.output
 
 
+@pytest.mark.parametrize("typed, meant", [
+    ("--max_step", "Did you mean '--max_steps'?"),  # it said: Did you mean '--max-tokens'?
+    ("--observation_typ", "Did you mean '--observation_type'?"),  # it said --observation-type
+    ("--test_config_base", "Did you mean '--test_config_base_dir'?"),  # it said --config
+    ("--num-vm", "Did you mean '--num-vms'?"),  # this CLI's own, as before
+])
+def test_a_misspelt_osworld_flag_is_told_its_spelling(typed, meant):
+    """A script in OSWorld's spellings with one misspelt was pointed at another flag of this
+    CLI (--max-tokens for --max_step): a flag typed with '_' is matched to OSWorld's spellings."""
+    result = CliRunner().invoke(main, ["run", typed, "3"])
+    assert result.exit_code == 2, result.output
+    assert f"No such option {typed!r}. {meant}" in result.output, result.output
+
+
 @pytest.mark.skipif(not (EXAMPLES / "test_small.json").is_file(), reason="OSWorld's task set is not here")
 def test_test_all_meta_path_is_the_index_and_its_folder_the_data(tmp_path, monkeypatch):
     monkeypatch.chdir(EXAMPLES.parent)

@@ -26,7 +26,7 @@ import click
 from click.core import ParameterSource
 from click.shell_completion import CompletionItem
 
-from .cli_aliases import translate_osworld_flags
+from .cli_aliases import OSWORLD_ALIASES, translate_osworld_flags
 from .config import NAMED_DATASETS, RunConfig
 from .config_checks import GATE_SYNONYMS, TYPED, check_not_stdout, gate_setting
 from .errors import ConfigError
@@ -365,6 +365,9 @@ class RunCommand(click.Command):
             gate = GATE_SYNONYMS.get(exc.option_name.lstrip("-").replace("-", "_"))
             if gate is not None:  # another tool's name of a gate: click's nearest was another flag
                 exc.possibilities = ["--" + gate.replace("_", "-")]
+            elif "_" in exc.option_name:  # OSWorld's spelling (--max_step): click's nearest was --max-tokens
+                osworld = difflib.get_close_matches(exc.option_name, OSWORLD_ALIASES, n=1)
+                exc.possibilities = osworld or exc.possibilities
             raise
         except click.BadParameter as exc:
             param = exc.param
