@@ -92,7 +92,7 @@ class LLMServer:
 
     def __init__(self, script: list[Step] | None = None, policy: Policy | None = None,
                  routes: dict[str, Callable[[dict[str, Any]], Any]] | None = None,
-                 token_rate: float | None = None, max_model_len: int | None = None) -> None:
+                 token_rate: float | None = None, max_model_len: int | None = None, port: int = 0) -> None:
         self.script = list(script or [])
         #: the model's context, as vLLM's --max-model-len (None: no limit; ``context_refusal``)
         self.max_model_len = max_model_len
@@ -122,7 +122,7 @@ class LLMServer:
         self._asked = threading.local()
         # Set at shutdown so a sleeping step ends instead of holding a thread.
         self._closing = threading.Event()
-        self._httpd = _Listener(("127.0.0.1", 0), _handler(self))
+        self._httpd = _Listener(("127.0.0.1", port), _handler(self))  # port 0: any free one
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="llm-server", daemon=True)

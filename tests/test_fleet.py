@@ -439,6 +439,49 @@ def test_cli_a_fleet_server_whose_models_lack_the_runs_model_gets_no_trajectory(
     assert len(good.requests) == 6 and other.requests == []  # the first run's alone
 
 
+def test_cli_a_fleet_server_down_at_start_that_comes_up_serving_another_model_gets_no_trajectory(tmp_path, llm_servers):
+    """A fleet's server that does not answer the run's start check (not up yet) stays in the
+    rotation; when it comes up later serving another model (SGLang answers a POST for any model
+    name), the worker that first reaches it asks its /models, once, and leaves it out as the
+    start check would: no chat POST reaches it (it got the trajectories sent its way), and one
+    warning line names it and what it lists."""
+    import socket
+
+    from llm_server import LLMServer
+
+    with socket.socket() as free:  # a port nothing listens on: the late server's, down at the start check
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    late: list[LLMServer] = []
+
+    def first_reply_starts_the_late_server(body):
+        if not late:  # the run is past its start check: the late server comes up, serving another model
+            server = LLMServer(policy=_echo, port=port)
+            server.models = ["other-model"]
+            late.append(server.start())
+        return _echo(body)
+
+    (good,) = llm_servers(first_reply_starts_the_late_server)
+    late_url = f"http://127.0.0.1:{port}/v1"
+    env = {name: value for name, value in os.environ.items() if name != "OPENAI_API_KEY"}
+    try:
+        proc = subprocess.run([
+            sys.executable, "-m", "parallel_rollout.cli", "run", "--mode", "gym", "--data", "frozenlake", "--limit",
+            "4", "--agent", "openai", "--model", "test-model", "--max-turns", "1", "--base-url", late_url,
+            "--base-url", good.url, "--num-rollouts", "1", "--server-cooldown", "0", "--no-progress",
+            "--output-dir", str(tmp_path), "--run-id", "late"], capture_output=True, text=True, env=env, timeout=300)
+    finally:
+        for server in late:
+            server.stop()
+    assert proc.returncode == 0, proc.stderr
+    assert late and [r["path"] for r in late[0].requests] == [] and late[0].model_listings == 1, proc.stderr
+    records = read_results(tmp_path / "late")
+    assert len(records) == 4 and {r["usage"]["server"] for r in records} == {good.url}, records
+    said = [line for line in proc.stderr.splitlines() if late_url in line and "other-model" in line]
+    assert len(said) == 1 and "does not list the model 'test-model' (--model): it lists other-model" in said[0], \
+        proc.stderr
+
+
 def test_a_server_taken_out_for_a_refusal_is_tried_again_after_its_cool_down(llm_servers):
     """A refused turn moves on, marked so; the server is left out while it cools down and
     asked again after it (a restart with the right model serves). A refusal at one server and

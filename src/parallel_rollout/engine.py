@@ -157,6 +157,8 @@ class Engine(EngineCancels):
         #: the fleet's servers the front end's start check found not serving the model
         #: (``model_checks.probe_fleet``): every attempt submitted carries them to its agent
         self.servers_left_out: tuple[str, ...] = ()
+        #: those it did not hear (not up then): each worker asks them at their first visit
+        self.servers_unheard: tuple[str, ...] = ()
         #: the pool's stats taken after its shutdown (every reset counted), for summaries
         self.final_pool_stats: dict[str, Any] | None = None
         #: a Ray run's nodes as it ended (used, lost, left out), for summaries
@@ -215,8 +217,9 @@ class Engine(EngineCancels):
 
     def submit(self, item: Assignment, on_final: OnFinal | None = None) -> None:
         """Queue one attempt; ``on_final(record)`` gets the sample's final record."""
-        if self.servers_left_out:  # the start check's verdict, to the worker's model client
-            item = dataclasses.replace(item, servers_left_out=self.servers_left_out)
+        if self.servers_left_out or self.servers_unheard:  # the start check's verdict, to the worker's model client
+            item = dataclasses.replace(item, servers_left_out=self.servers_left_out,
+                                       servers_unheard=self.servers_unheard)
         with self._lock:
             if self._closing or self.error is not None:
                 raise EngineStopped(self.error or "the engine is closed")

@@ -57,6 +57,8 @@ class Assignment:
     #: the servers of the fleet the run's start check found not serving its model
     #: (``Engine.servers_left_out``): the attempt's agent never sends them a request
     servers_left_out: tuple[str, ...] = ()
+    #: those it did not hear, not up then (``Engine.servers_unheard``): asked at their first visit
+    servers_unheard: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:

@@ -439,12 +439,25 @@ class ServerNotes:
                     if (url, refused) in self._named:
                         continue
                     self._named.add((url, refused))
-                what = "refused this run's settings and was taken out of the rotation" if refused else "failed"
-                log.warning("model server %s %s (asked again after --server-cooldown %gs); its trajectories go on "
-                            "at the fleet's other servers: %s", url, what, self.cooldown_s, why[:600])
+                if url in _left_out_on_visit(record):  # ModelRequests._first_visit: once per run, for good
+                    log.warning("model server %s did not answer the run's start check and, reached since, %s; the run "
+                                "leaves it out for the whole run: it is not asked again, and its trajectories go on "
+                                "at the fleet's other servers", url, why[:600])
+                else:
+                    what = "refused this run's settings and was taken out of the rotation" if refused else "failed"
+                    log.warning("model server %s %s (asked again after --server-cooldown %gs); its trajectories go "
+                                "on at the fleet's other servers: %s", url, what, self.cooldown_s, why[:600])
                 if self.event is not None:
                     self.event("server_refused" if refused else "server_failed", record.get("key"),
                                record.get("worker"), f"{url}: {why}")
+
+
+def _left_out_on_visit(record: dict[str, Any]) -> set[str]:
+    """The servers ``record``'s trajectory found not serving the run at their first visit
+    (its moves marked ``left_out``)."""
+    usage = record.get("usage")
+    moves = (usage.get("server_moves") or []) if isinstance(usage, dict) else []
+    return {str(move.get("from")) for move in moves if isinstance(move, dict) and move.get("left_out")}
 
 
 #: the usage counters summed into summary.json (model-backed agents report them)

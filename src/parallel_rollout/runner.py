@@ -29,7 +29,7 @@ from typing import Any, Callable
 from .agents import get_agent
 from .agents.base import refused_by_agent
 from .agents.episode import EndpointRefused, ModelUnavailable
-from .agents.model_checks import check_agent, servers_left_out
+from .agents.model_checks import check_agent, fleet_verdict
 from .config import RunConfig, data_required, default_run_id
 from .config_checks import check_vm_sharing, key_as_given, said_if_given
 from .engine import Engine
@@ -333,7 +333,8 @@ class Runner:
     def _run_engine(self, pending: list[Assignment], total: int) -> None:
         self._total = total
         self._size_engine(len(pending))
-        self.engine.servers_left_out = servers_left_out(self.config, self.agent_cls)  # a fleet's, asked now
+        # a fleet's, asked now
+        self.engine.servers_left_out, self.engine.servers_unheard = fleet_verdict(self.config, self.agent_cls)
         self._last_progress_log = time.monotonic()
         self._open_progress(total)
         self.engine.start()

@@ -184,7 +184,7 @@ class RolloutWorker:
             env, agent = parts.env(task.mode), parts.agent()
             agent.begin_attempt(AttemptInfo(
                 item.key, item.attempt, dict(item.sampling), loop=self._loop_index(slot),
-                servers_left_out=item.servers_left_out,  # and the gold files:
+                servers_left_out=item.servers_left_out, servers_unheard=item.servers_unheard,  # and the gold files:
                 withheld=(*item.withheld, *answer_files_of([task], quiet=True)),  # the task's, wherever it came from
                 on_model_retry=lambda failing: self._progress(item, record, "model_retry" if failing else "agent")))
             with self._agents_lock:

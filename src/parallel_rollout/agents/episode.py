@@ -142,6 +142,8 @@ class AttemptInfo:
     #: the servers of the fleet the run's start check found not serving its model: the
     #: agent's model client leaves them out (``agents/servers.py``)
     servers_left_out: tuple[str, ...] = ()
+    #: those it did not hear (down then): the client asks each at its first visit (``agents/servers.py``)
+    servers_unheard: tuple[str, ...] = ()
 
     @property
     def session_id(self) -> str:

@@ -27,7 +27,7 @@ from ..plugins import plugin_call
 from . import openai_request
 
 __all__ = ["calls_model", "check_agent", "check_model_settings", "may_call_model", "model_routes", "probe_endpoint",
-           "probe_fleet", "servers_left_out"]
+           "fleet_verdict", "probe_fleet"]
 
 log = logging.getLogger(__name__)
 
@@ -145,13 +145,16 @@ def probe_endpoint(config: Any, models_required: bool = False, agent_cls: Any = 
     return probe_fleet(config, models_required, agent_cls)[0]
 
 
-def probe_fleet(config: Any, models_required: bool = False, agent_cls: Any = None) -> tuple[str, tuple[str, ...]]:
-    """``probe_endpoint``'s note, and the servers the run leaves out (``ServerPool.leave_out``).
+def probe_fleet(config: Any, models_required: bool = False,
+                agent_cls: Any = None) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """``probe_endpoint``'s note, the servers the run leaves out (``ServerPool.leave_out``),
+    and those that did not answer, which each worker asks at their first visit (``ServerPool.first_visit``).
 
     A fleet's server that answers but refuses the run's key, path or model (a model list
     without it: SGLang answers any model name, so only this tells) is left out for the whole
     run, never asked again; one that does not answer (not up yet) stays in the rotation, left
-    out by its requests' failures for --server-cooldown at a time. Each is a warning naming it
+    out by its requests' failures for --server-cooldown at a time, and asked its /models when
+    a request first reaches it (up later with another model, it is left out then). Each is a warning naming it
     while another server serves; a problem only when none serves, as the run then stops (exit
     2): a ``ServerUnreachable`` when none answered. ``models_required``: see ``probe_models``;
     ``agent_cls``: the run's agent, whose requests' POST routes (``model_routes``) are asked
@@ -188,18 +191,21 @@ def probe_fleet(config: Any, models_required: bool = False, agent_cls: Any = Non
                         "again, or leave it out of --base-url)", exc.answer, others)
         notes.append(f"{exc.url} left out (warned)")
     left_out = tuple(exc.url for exc in refused if not isinstance(exc, openai_request.ServerUnreachable))
-    return "; ".join(notes), left_out
+    unheard = tuple(exc.url for exc in refused if isinstance(exc, openai_request.ServerUnreachable))
+    return "; ".join(notes), left_out, unheard
 
 
-def servers_left_out(config: Any, agent_cls: Any) -> tuple[str, ...]:
+def fleet_verdict(config: Any, agent_cls: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """A batch run's check of its fleet (several ``--base-url``) as it starts, when its agent
     calls the model: the servers that answer but do not serve the model (``probe_fleet``),
-    which its engine's attempts leave out (``Engine.servers_left_out``); ``ServerRefused``
-    when no server serves it. A fleet none of whose servers answers yet is left to the run's
-    requests (their retries and cool-downs), as it was."""
-    if len(openai_request.resolve_base_urls(config.base_url)) < 2 or not calls_model(agent_cls, config):
-        return ()
+    which its engine's attempts leave out (``Engine.servers_left_out``), and those that do not
+    answer (``Engine.servers_unheard``); ``ServerRefused`` when no server serves it. A fleet
+    none of whose servers answers yet is left to the run's requests (their retries and
+    cool-downs), each server asked its /models at its first visit."""
+    urls = tuple(openai_request.resolve_base_urls(config.base_url))
+    if len(urls) < 2 or not calls_model(agent_cls, config):
+        return (), ()
     try:
-        return probe_fleet(config, agent_cls=agent_cls)[1]
+        return probe_fleet(config, agent_cls=agent_cls)[1:]
     except openai_request.ServerUnreachable:
-        return ()
+        return (), urls

@@ -111,7 +111,8 @@ class ModelClient(ModelRequests):
         self.endpoint_failure = None
         # the least-loaded server keeps every request of this attempt (its prefix cache)
         self._route.start(info.session_id if info else f"{label}-{uuid.uuid4().hex[:12]}",
-                          info.loop if info else 0, info.servers_left_out if info else ())
+                          info.loop if info else 0, info.servers_left_out if info else (),
+                          info.servers_unheard if info else ())
         self._use_server(self._route.url)
         self._cancelled = False
         self._cancel_wakes.clear()

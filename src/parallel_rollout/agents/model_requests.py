@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from ..errors import AttemptCancelled
+from ..errors import AttemptCancelled, ConfigError
 from . import calls, context_room, openai_request, partial_reply, stream_abort, streaming
 from .episode import AgentError, EndpointRefused, ModelUnavailable
 from .gated_request import GatedRequests
@@ -76,6 +76,8 @@ class ModelRequests:
         #: the endpoint's failure a call of this attempt raised (ModelUnavailable, EndpointRefused):
         #: the worker records the attempt as it even when the agent caught it and went on
         self.endpoint_failure: AgentError | None = None
+        #: what the servers this client found not serving the run answered (``_serves_the_run``)
+        self._left_out_answers: dict[str, str] = {}
 
     @property
     def endpoint(self) -> str:
@@ -132,6 +134,7 @@ class ModelRequests:
             if partial is not None:
                 sent = partial_reply.continued(request, partial, tokens="prompt" in request)
             try:
+                self._first_visit(failed)
                 policy = retrying(self.max_retries, self.backoff_base_s, self.backoff_max_s,
                                   lambda: self._route.can_move(failed), self._count_request,
                                   before_sleep=lambda state: self._tell_retry(True), sleep=self._retry_wait)
@@ -180,6 +183,37 @@ class ModelRequests:
                                                f"{exc.version} (--max-retries {self.max_retries})") from None
                 kept = exc.partial.text or exc.partial.token_ids
                 partial = exc.partial if kept and getattr(self.config, "partial_rollout", False) else None
+
+    def _first_visit(self, failed: list[str]) -> None:
+        """Before a request: the first to reach a server the run's start check did not hear
+        (down then) asks its /models (``ServerPool.first_visit``); one that lists another model
+        is left out, and the trajectory goes on at another server before any request is sent
+        there: a move marked ``left_out``, which the run names once."""
+        pool = self._route.pool
+        while pool is not None and not pool.first_visit(self.base_url, self._serves_the_run):
+            answer = self._left_out_answers.get(self.base_url, f"{self.base_url} does not serve the run")
+            move = self._route.move(answer, exclude=failed, refused=True)
+            move["left_out"] = True
+            self._use_server(self._route.url)
+            self._turn.setdefault("server_moves", []).append(move)
+
+    def _serves_the_run(self, url: str) -> bool | None:
+        """GET ``url``/models as the start check does (``probe_models``): whether it serves the
+        run (its model listed, or no model list), None when it does not answer; EndpointRefused
+        when it does not and no other server of the fleet serves the run either."""
+        try:
+            openai_request.probe_models(url, self.config.model, agent=getattr(self.config, "agent", "openai"))
+        except openai_request.ServerUnreachable:
+            return None
+        except openai_request.ServerRefused as exc:
+            self._left_out_answers[url] = exc.answer
+            if not self._route.pool.serving(url):
+                raise EndpointRefused(f"every server of the fleet refuses ({', '.join(self._route.pool.urls)}); "
+                                      f"the last: {exc.answer}; {exc.fix}") from None
+            return False
+        except ConfigError:
+            return True  # the key missing: the request says so (EndpointRefused), as without the check
+        return True
 
     def _retry_wait(self, seconds: float) -> None:
         """tenacity's sleep before a retry (a backoff, a Retry-After of up to 120 s): a cancel

@@ -17,6 +17,10 @@ the affinity too::
     left out     ── ServerPool.leave_out(urls): the servers the run's start check found not
                     serving its model (another model listed: SGLang answers any name, so no
                     request would tell), out for the run's whole length, never asked again
+    first visit  ── ServerPool.first_visit(url, ask): a server the start check did not hear
+                    (down then: ``ask_first``) is asked its /models by the first request to
+                    reach it, once per process; one that lists another model (up later with
+                    another: no request would tell either) is left out as the check's are
 
 Load is the number of trajectories a server holds. The pool is one per set of URLs per
 process (``pool_for``): every env loop of a worker process shares it; separate worker
@@ -34,7 +38,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Collection, Sequence
+from typing import Callable, Collection, Sequence
 
 #: the session header's name unless ``session_header`` says another
 DEFAULT_SESSION_HEADER = "X-Session-ID"
@@ -56,7 +60,13 @@ class ServerPool:
         self._refused_until = {url: 0.0 for url in self.urls}
         #: the servers the run's start check left out for good (``leave_out``)
         self._left_out: frozenset[str] = frozenset()
+        #: the servers the start check did not hear, still to be asked (``ask_first``), and
+        #: those asked since (never asked again)
+        self._unheard: frozenset[str] = frozenset()
+        self._heard: frozenset[str] = frozenset()
         self._lock = threading.Lock()
+        #: held while one trajectory asks an unheard server: the others reaching it wait
+        self._asking = {url: threading.Lock() for url in self.urls}
 
     def leave_out(self, urls: Collection[str]) -> None:
         """The run's start check found ``urls`` not serving its model: never acquired again
@@ -65,6 +75,40 @@ class ServerPool:
             left_out = self._left_out | (frozenset(urls) & frozenset(self.urls))
             if len(left_out) < len(self.urls):
                 self._left_out = left_out
+
+    def ask_first(self, urls: Collection[str]) -> None:
+        """The run's start check did not hear ``urls`` (not up then): each is asked whether it
+        serves the run the first time a trajectory reaches it (``first_visit``)."""
+        with self._lock:
+            self._unheard |= (frozenset(urls) & frozenset(self.urls)) - self._heard
+
+    def first_visit(self, url: str, ask: Callable[[str], bool | None]) -> bool:
+        """Whether ``url`` may take a request: False once it is left out. An unheard server
+        (``ask_first``) is asked first, once per process: ``ask(url)`` says whether it serves
+        the run (None: it did not answer, so it is asked at its next visit again); one that
+        does not is left out as the start check's are (``leave_out``). The process's other
+        trajectories reaching it meanwhile wait for the answer instead of sending it theirs."""
+        verdict = self._verdict(url)  # every request but a few: no wait
+        if verdict is not None:
+            return verdict
+        with self._asking[url]:
+            verdict = self._verdict(url)  # another trajectory asked it while this one waited
+            if verdict is not None:
+                return verdict
+            serves = ask(url)
+            if serves is None:
+                return True  # still down: its request fails and moves on, as any failing server's
+            with self._lock:
+                self._unheard -= {url}
+                self._heard |= {url}
+            if not serves:
+                self.leave_out([url])
+            return bool(self._verdict(url))
+
+    def _verdict(self, url: str) -> bool | None:
+        """None while ``url`` is still to be asked, else whether it may take a request."""
+        with self._lock:
+            return None if url in self._unheard else url not in self._left_out
 
     def acquire(self, avoid: str | Collection[str] = (), turn: int = 0) -> str:
         """A server for a new (or moving) trajectory: the least-loaded one that is up, other
@@ -176,14 +220,18 @@ class Route:
         self.turn = 0
         self._held = False
 
-    def start(self, session: str, turn: int = 0, left_out: Collection[str] = ()) -> None:
+    def start(self, session: str, turn: int = 0, left_out: Collection[str] = (),
+              unheard: Collection[str] = ()) -> None:
         """A new trajectory: give back the last one's server, take the least-loaded one
-        (a tie from position ``turn`` of the list on) of those the run did not leave out."""
+        (a tie from position ``turn`` of the list on) of those the run did not leave out;
+        ``unheard``: those the start check did not hear, asked at their first visit."""
         self.end()
         self.turn = turn
         if self.pool is not None:
             if left_out:
                 self.pool.leave_out(left_out)
+            if unheard:
+                self.pool.ask_first(unheard)
             self.url = self.pool.acquire(turn=turn)
             self._held = True
         self.session = session

@@ -80,10 +80,10 @@ class EndpointCheck:
         deadline = time.monotonic() + wait_s
         while True:
             try:
-                _, left_out = probe_fleet(self.run_config, models_required=True,
-                                          agent_cls=get_agent(self.run_config.agent))
+                _, left_out, unheard = probe_fleet(self.run_config, models_required=True,
+                                                   agent_cls=get_agent(self.run_config.agent))
                 if self.engine is not None:
-                    self.engine.servers_left_out = left_out
+                    self.engine.servers_left_out, self.engine.servers_unheard = left_out, unheard
                 return
             except ServerUnreachable as exc:
                 if time.monotonic() >= deadline:
