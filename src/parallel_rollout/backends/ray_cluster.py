@@ -15,14 +15,13 @@ import signal
 import socket
 import threading
 import time
-import uuid
 from multiprocessing.connection import wait as mp_wait
 from typing import Any, Callable
 
 from ..errors import STOP_SIGNALS, ClusterUnreachable, InterruptedBeforeStart, ProviderUnavailable, VMError
 from .ray_actors import sweep_here
 from .ray_head import HeadWatch, disconnect_lost
-from .ray_logs import marked
+from .ray_logs import forget_marks, marked, run_lines_key
 from .ray_probe import answers_as_grpc
 
 log = logging.getLogger("parallel_rollout")
@@ -278,14 +277,18 @@ class Sweeps:
         self.provider_name, self.run_id, self.check = provider_name, run_id, check
         #: by node: its sweep's reference, its deadline, and whether the sweep started there
         self.pending: dict[str, tuple[Any, float, bool]] = {}
-        #: the start marks' keys of these sweeps (their run's, then the node's id)
-        self._marks = f"{run_id}/{uuid.uuid4().hex}"
+        #: the start marks' keys of these sweeps (then ":" and the node's id), under the driver's
+        #: Ray job (``ray_logs.forget_marks``): known once connected, at the first start
+        self._marks: str | None = None
         self.left_out: dict[str, str] = {}
         self.removed: list[str] = []  # the VMs the ended sweeps removed
 
     def start(self, node_id: str) -> None:
+        if self._marks is None:  # the marks of drivers killed before they read them go first
+            self._marks = run_lines_key()
+            forget_marks(self._marks)
         ref = pinned(sweep_here, node_id).remote(self.provider_name, self.run_id, True, self.check,
-                                                 f"{self._marks}/{node_id}")
+                                                 f"{self._marks}:{node_id}")
         self.pending[node_id] = (ref, time.monotonic() + SWEEP_START_S, False)
 
     def known(self, node_id: str) -> bool:
@@ -296,7 +299,7 @@ class Sweeps:
 
     def _mark_started(self) -> None:
         """The sweeps that started on their node since the last look: their deadline SWEEP_S on."""
-        keys = {f"{self._marks}/{node_id}": node_id for node_id, (_, _, began) in self.pending.items() if not began}
+        keys = {f"{self._marks}:{node_id}": node_id for node_id, (_, _, began) in self.pending.items() if not began}
         for key in marked(list(keys)) if keys else ():
             ref = self.pending[keys[key]][0]
             self.pending[keys[key]] = (ref, time.monotonic() + SWEEP_S, True)
@@ -366,6 +369,14 @@ class Sweeps:
             if node_id is None:
                 del self.pending[node]
                 self.left_out[node] = "its sweep of the run's leftovers had not ended when the run ended"
+        if node_id is None:
+            self.forget()
+
+    def forget(self) -> None:
+        """Delete the start marks these sweeps left in the cluster's store (a sweep that ended
+        before the driver read its mark, one cut off after it wrote it), best effort."""
+        if self._marks is not None:
+            forget_marks(self._marks)
 
 
 def sweep_cluster(provider_name: str, run_id: str | None, address: str | None,
@@ -403,5 +414,7 @@ def sweep_cluster(provider_name: str, run_id: str | None, address: str | None,
                           + f" (removed on the other nodes: {', '.join(sweeps.removed) or 'none'})")
         return sweeps.removed
     finally:
+        if not lost:
+            sweeps.forget()
         if owned:
             disconnect_lost() if lost else ray.shutdown()

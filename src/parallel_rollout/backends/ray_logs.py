@@ -38,7 +38,9 @@ level) and run.log, as a local worker's lines are (``logs``: ``[rollout-worker-3
   closes the engine, which may be the trainer's, outside any rewrite.
 * **Start marks.** The same store carries a sweep's word that it started on its node
   (``mark_start``, ``marked``: ``ray_cluster.Sweeps`` counts the sweep's cut-off from it, not
-  from Ray's start of a worker process there).
+  from Ray's start of a worker process there), each under its driver's Ray job as the last
+  words are: the driver deletes a mark as it reads it, its own left as its sweeps end, and
+  those of dead drivers (killed before they read them) as its sweeps start (``forget_marks``).
 
 Nothing here imports Ray: ``--backend local`` never needs it.
 """
@@ -151,8 +153,9 @@ def said_on_driver(records: list[Any] | None, rewrite: Callable[[str], str] | No
 
 
 def run_lines_key() -> str:
-    """On the driver, connected: a run's part of the store of last words, under its Ray job
-    (its driver's connection, whose death tells ``forget_last_words`` a killed driver's)."""
+    """On the driver, connected: a run's part of the store of last words (or of its sweeps'
+    start marks), under its Ray job (its driver's connection, whose death tells
+    ``forget_last_words`` and ``forget_marks`` a killed driver's)."""
     import ray
 
     return f"{ray.get_runtime_context().get_job_id()}/{uuid.uuid4().hex}"
@@ -163,8 +166,21 @@ def forget_last_words(run_key: str) -> None:
     (``run_key``'s: a worker never read, the head lost meanwhile) and of runs whose driver is
     dead (killed: nothing read their workers' lines), so that it does not grow run after run.
     Another live driver's are kept; a store that does not answer is left as it is."""
+    _forget(run_key, LAST_WORDS_NS)
+
+
+def forget_marks(run_key: str) -> None:
+    """On the driver, as its sweeps start and end: delete the start marks (``mark_start``,
+    keyed ``<run_key>:<node>``) of ``run_key``'s sweeps and of drivers that are dead (killed
+    before they read them), as ``forget_last_words`` does the last words."""
+    _forget(run_key, SWEEP_MARKS_NS)
+
+
+def _forget(run_key: str, namespace: str) -> None:
+    """Delete the keys of ``namespace`` (each ``<job>/<run>:<name>``) of ``run_key`` and of the
+    Ray jobs that are dead; nothing when the store does not answer."""
     try:
-        store, space = _store(), LAST_WORDS_NS.encode()
+        store, space = _store(), namespace.encode()
         if store is None or not (keys := store.internal_kv_keys(b"", space, timeout=LAST_WORDS_WAIT_S)):
             return
         jobs = store.get_all_job_info(skip_submission_job_info_field=True, skip_is_running_tasks_field=True,
