@@ -26,7 +26,8 @@ reaps nothing; its death closes their stdin and they exit; a worker's process-tr
 them too), and bound each grading's CPU time themselves, so a grader orphaned mid-grading dies
 within ``CPU_LIMIT_S``. When math-verify is missing, every grading says how to install it.
 
-Whose doing a grader's death is: ``math_grader_deaths``.
+Whose doing a grader's death is: ``math_grader_deaths``. What an answer says that math-verify's
+parse loses or misreads (a false equation, a dropped negation, a tiny decimal): ``math_answers``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ import atexit
 import json
 import logging
 import os
-import re
 import resource
 import signal
 import subprocess
@@ -47,6 +47,7 @@ from typing import Any
 
 from ..errors import GraderKilled
 from ..guest.agent_output import readable_within
+from .math_answers import misread, off_in_size
 from .math_grader_deaths import CPU_LIMIT_S, GraderDied, GraderError, death_verdict, oom_file, oom_kills
 
 #: seconds one grade (parse both answers and compare them) may take
@@ -61,11 +62,6 @@ STARVED_WALL_FACTOR = 6
 MEMORY_LIMIT_MB = 256
 #: seconds of one clock tick, the unit of /proc/PID/stat's CPU times
 _TICK_S = 1 / os.sysconf("SC_CLK_TCK")
-#: digits of the largest number an equation of an answer is checked with (``_false_equation``)
-MAX_DIGITS = 10_000
-#: a negated relation (``\\neq``, ``\\not=``), which math-verify parses as ``Ne`` or drops (``\\neq 3``
-#: and ``x \\not= 3`` were 3)
-_NEGATION = re.compile(r"\\(?:not|neq?)(?![A-Za-z])")
 #: what to do when math-verify is missing
 INSTALL_HINT = "math-verify is not installed: pip install 'parallel-rollout[math]'"
 
@@ -81,7 +77,6 @@ def _as_latex(answer: str) -> str:
 def grade_now(expected: str, extracted: str) -> dict[str, Any]:
     """Parse both answers and compare them with math-verify, in this thread, unbounded."""
     from math_verify import parse, verify
-    from sympy import Basic, Ne
 
     gold = parse(_as_latex(expected), parsing_timeout=None)
     if not gold:
@@ -89,65 +84,15 @@ def grade_now(expected: str, extracted: str) -> dict[str, Any]:
     pred = parse(_as_latex(extracted), parsing_timeout=None)
     if not pred:
         return {"correct": False, "reason": "unparseable"}
-    exprs = [item for item in pred if isinstance(item, Basic)]
-    if exprs and _NEGATION.search(extracted) and not any(item.has(Ne) for item in exprs):
-        return {"correct": False, "reason": "wrong", "detail": "the answer's negation was dropped in parsing",
-                "parsed": str(pred[0])[:200]}
-    false = next((item for item in pred if _false_equation(item)), None)
-    if false is not None:
-        return {"correct": False, "reason": "wrong", "detail": "the answer's equation is false",
-                "parsed": str(false)[:200]}
-    correct = bool(verify(gold, pred, timeout_seconds=None)) and not _off_in_size(gold[0], pred[0])
+    flaw = misread(extracted, pred)
+    if flaw is not None:
+        detail, parsed = flaw
+        return {"correct": False, "reason": "wrong", "detail": detail, "parsed": str(parsed)[:200]}
+    correct = bool(verify(gold, pred, timeout_seconds=None)) and not off_in_size(gold[0], pred[0])
     # parse() falls back to the raw string when LaTeX parsing fails; only strings equal then.
     parsed = any(not isinstance(item, str) for item in pred)
     reason = "correct" if correct else ("wrong" if parsed else "unparseable")
     return {"correct": correct, "reason": reason, "parsed": str(pred[0])[:200]}
-
-
-def _false_equation(expr: Any) -> bool:
-    """Whether ``expr`` is an equation (or a chain of them, ``x = 2+2 = 4``) that sets two
-    different real numbers equal: ``3 = 4``, ``x = 4 = 3``, ``\\pi = 3``. math-verify grades an
-    equation's right side (``2+2 = 4`` is 4), so ``\\boxed{3=4}`` scored for 4. Sides with a
-    decimal are left to it (``\\sqrt{2} = 1.414`` is a rounding a reply may write), and sides
-    sympy does not know to be real (``\\sqrt[3]{2-\\sqrt{5}}`` is its complex principal root)."""
-    from sympy import And, Eq, Expr, Float
-
-    equations = expr.args if isinstance(expr, And) else (expr,)
-    if not equations or not all(isinstance(eq, Eq) for eq in equations):
-        return False
-    numbers = [side for eq in equations for side in (eq.lhs, eq.rhs)
-               if isinstance(side, Expr) and side.is_number and side.is_extended_real and not side.atoms(Float)]
-    return any(_differ(number, numbers[0]) for number in numbers[1:])
-
-
-def _off_in_size(gold: Any, pred: Any) -> bool:
-    """Whether a decimal ``pred`` is off the ``gold`` number by more than a thousandth of its
-    size: math-verify matches decimals to six places, which a tiny answer has none of (``0.0``
-    matched 1/2^30, ``0.0000014`` matched 0.000001)."""
-    from sympy import Expr, Float
-
-    if not (isinstance(pred, Float) and isinstance(gold, Expr) and gold.is_number
-            and gold.is_extended_real and not gold.is_infinite):
-        return False
-    return bool(abs((pred - gold).evalf(30)) > abs(gold.evalf(30)) * 1e-3)
-
-
-def _differ(a: Any, b: Any) -> bool:
-    """Whether the real numbers ``a`` and ``b`` differ: as 30 digits tell, relatively, and when
-    they agree so far, as every digit of the larger and 30 more tell (sympy's simplify leaves
-    some equal pairs, identities of trigonometry, unsimplified); past ``MAX_DIGITS`` digits
-    that is not known (False: left to math-verify)."""
-    if a.is_infinite or b.is_infinite:
-        return a != b
-    size = abs(a.evalf(30)) + abs(b.evalf(30))
-    gap = abs((a - b).evalf(30))
-    if not (size.is_Number and gap.is_Number):
-        return False
-    if gap > size * 1e-20:
-        return True
-    if size > 10 ** MAX_DIGITS:
-        return False
-    return bool(abs((a - b).evalf(30 + len(str(int(size))))) > 1e-20)
 
 
 def _grade_guarded(expected: str, extracted: str) -> dict[str, Any]:
