@@ -482,6 +482,71 @@ def test_cli_a_fleet_server_down_at_start_that_comes_up_serving_another_model_ge
         proc.stderr
 
 
+class _Unanswering:
+    """A fleet server that is down in the way a hung host is: it takes the connection and hangs
+    up without an answer. Its first GET /models waits (up to 4 s) for the other ``parties``
+    servers' first ones, and records whether they all came (the start check asked them at once)."""
+
+    def __init__(self, barrier) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        unanswering = self
+        self.barrier, self.together = barrier, None
+
+        class HangUp(BaseHTTPRequestHandler):
+            def do_GET(self):
+                if unanswering.together is None:
+                    unanswering.together = False
+                    try:
+                        unanswering.barrier.wait()
+                        unanswering.together = True
+                    except threading.BrokenBarrierError:
+                        pass
+                self.close_connection = True  # no answer: the client sees the connection closed
+
+            do_POST = do_GET
+
+            def log_message(self, *args):
+                pass
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), HangUp)
+        self._httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+def test_cli_the_start_check_asks_every_server_of_the_fleet_at_once_and_names_them_in_order(tmp_path, llm_servers):
+    """A batch run of several --base-url asks each server's /models as it starts, 5 s at most
+    each: asked one after another, a fleet of 8 servers down waited 40 s before the first task.
+    They are asked at once (each of the unanswering servers saw the others' asks arrive while
+    it held its own), and the warnings still name them in --base-url order."""
+    down = [_Unanswering(threading.Barrier(3, timeout=4)) for _ in range(3)]
+    for server in down:
+        server.barrier = down[0].barrier
+    (good,) = llm_servers(_echo)
+    urls = [down[1].url, down[0].url, good.url, down[2].url]
+    env = {name: value for name, value in os.environ.items() if name != "OPENAI_API_KEY"}
+    try:
+        proc = subprocess.run([
+            sys.executable, "-m", "parallel_rollout.cli", "run", "--mode", "gym", "--data", "frozenlake", "--limit",
+            "1", "--agent", "openai", "--model", "test-model", "--max-turns", "1", *[f"--base-url={u}" for u in urls],
+            "--num-rollouts", "1", "--no-progress", "--output-dir", str(tmp_path), "--run-id", "at-once"],
+            capture_output=True, text=True, env=env, timeout=300)
+    finally:
+        for server in down:
+            server.stop()
+    assert proc.returncode == 0, proc.stderr
+    assert [server.together for server in down] == [True, True, True], proc.stderr
+    warned = [line for line in proc.stderr.splitlines() if "is not reachable (GET /models" in line]
+    assert [url for line in warned for url in urls if url in line] == [urls[0], urls[1], urls[3]], proc.stderr
+    (record,) = read_results(tmp_path / "at-once")
+    assert record["usage"]["server"] == good.url, record
+
+
 def test_a_server_taken_out_for_a_refusal_is_tried_again_after_its_cool_down(llm_servers):
     """A refused turn moves on, marked so; the server is left out while it cools down and
     asked again after it (a restart with the right model serves). A refusal at one server and
