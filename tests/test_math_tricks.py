@@ -11,6 +11,8 @@ run of the Runner, as a trainer's rewards come.
 * A decimal matches to six places and to a thousandth of the answer's size: math-verify's six
   places alone took ``0.0`` for 1/2^30 and ``0.0000014`` for 0.000001.
 * A negation is kept: math-verify read ``\\neq 3`` and ``x \\not= 3`` as 3.
+* Two numbers joined by a relation math-verify keeps one side of are a hedge: ``3 \\approx 4``
+  was 3, ``3 \\sim 4`` and ``3 \\vee 4`` were 4.
 
 The agent below is imported by spawned workers as ``test_math_tricks:…``, so this module
 imports nothing from conftest.
@@ -73,6 +75,19 @@ CASES = {
     "not-equal": ("Solve $x+1=4$.", "3", "\\boxed{x \\not= 3}", 0.0),
     "neq": ("Solve $x+1=4$.", "3", "\\boxed{\\neq 3}", 0.0),
     "neq-right": ("Where is $1/(x-3)$ defined?", "x \\neq 3", "\\boxed{x \\neq 3}", 1.0),
+    # two numbers joined by a relation math-verify keeps one side of are a hedge (3 \approx 4 was
+    # 3, 3 \sim 4, 3 \Rightarrow 4, 3 \vee 4 and 3 | 4 were 4); an approximation holds to its places
+    "approx": ("What is $2+1$?", "3", "\\boxed{3 \\approx 4}", 0.0),
+    "approx-places": ("What is $2+1$?", "3", "\\boxed{3 \\approx 3.4}", 0.0),
+    "approx-right": ("What is the area of a unit disc?", "\\pi", "\\boxed{\\pi \\approx 3.14}", 1.0),
+    "sim": ("What is $2+2$?", "4", "\\boxed{3 \\sim 4}", 0.0),
+    "implies": ("What is $2+2$?", "4", "\\boxed{3 \\Rightarrow 4}", 0.0),
+    "vee": ("What is $2+2$?", "4", "\\boxed{3 \\vee 4}", 0.0),
+    "bar": ("What is $2+2$?", "4", "\\boxed{3 | 4}", 0.0),
+    "abs": ("What is $|-4|$?", "4", "\\boxed{|-4|}", 1.0),
+    "abs-sum": ("What is $|3|+|4|$?", "7", "\\boxed{|3| + |4|}", 1.0),
+    "implies-worked": ("Solve $2x=8$.", "4", "\\boxed{2x = 8 \\Rightarrow x = 4}", 1.0),
+    "limit": ("What is $\\lim_{x \\to 0} \\frac{\\sin x}{x}$?", "1", "\\boxed{\\lim_{x \\to 0} \\frac{\\sin x}{x} = 1}", 1.0),
     # a decimal matches to six places, and to its size: 0.0 is not a tiny answer
     "tiny-zero": ("What is the chance of 30 heads in 30 tosses?", "\\frac{1}{1073741824}", "\\boxed{0.0}", 0.0),
     "tiny-off": ("What is $10^{-6}$?", "0.000001", "\\boxed{0.0000014}", 0.0),

@@ -14,13 +14,15 @@ takes one final answer out of it and grades it against the task's answer::
 
 So ``1/2``, ``0.5``, ``\\frac{1}{2}`` and ``\\dfrac12`` agree; decimals count when they match
 to six places and to a thousandth of the answer's size (``0.333333`` is 1/3, ``0.33`` is not,
-``0.0`` is no 1/2^30: ``math_grader``); intervals keep their brackets; ``1e3``
+``0.0`` is no 1/2^30: ``math_answers``); intervals keep their brackets; ``1e3``
 is 1000 and ``5.`` is 5 (``_plain_numbers``: math-verify alone read 3e and nothing); ``3\\%``
 is 0.03 where the problem speaks of no percent and 3 where it does, one reading, never both
 (``_percent_as_value``); ``3\\;4`` is two numbers and ``\\phantom{4}3`` is 3 (``_plain_numbers``:
 math-verify read both as 7), and an equation that
 sets two different numbers equal (``3 = 4``) is wrong, whatever its right side, as is a
-negation math-verify drops (``\\neq 3`` was 3: ``math_grader``).
+negation math-verify drops (``\\neq 3`` was 3), and two numbers joined by a relation
+math-verify keeps one side of (``3 \\approx 4`` was 3, ``3 \\vee 4`` 4; an approximation holds
+to its places, ``\\pi \\approx 3.14``: ``math_answers``).
 
 The grade runs in a grader process with a deadline (``math_grader``: why a process, and why
 not a fork of the threaded worker). A short answer can still be ruinous — ``9^{9^{9}}`` is

@@ -16,11 +16,25 @@ MAX_DIGITS = 10_000
 #: a negated relation (``\\neq``, ``\\not=``), which math-verify parses as ``Ne`` or drops (``\\neq 3``
 #: and ``x \\not= 3`` were 3)
 _NEGATION = re.compile(r"\\(?:not|neq?)(?![A-Za-z])")
+#: a relation or connective math-verify keeps one side of (``3 \\approx 4`` was 3; ``3 \\sim 4``,
+#: ``3 \\Rightarrow 4``, ``3 \\vee 4``, ``3 | 4`` were 4): between two numbers, a hedge
+_ONE_SIDED = re.compile(r"\\(?:approx|approxeq|thickapprox|sim|simeq|thicksim|backsim|cong|doteq|asymp|bumpeq"
+                        r"|Bumpeq|propto|to|gets|mapsto|(?:long)?(?:left|right|leftright)arrow"
+                        r"|(?:Long)?(?:Left|Right|Leftright)arrow|iff|implies|impliedby|mid|vee|lor|wedge|land"
+                        r"|setminus|backslash|therefore|because|vdash|parallel|perp|coloneqq|eqqcolon)(?![A-Za-z])"
+                        r"|:=|(?<![\\a-z])\|")
+#: the relations that say two numbers are near: their sides may differ by a rounding
+_NEAR = frozenset({"\\approx", "\\approxeq", "\\thickapprox", "\\sim", "\\simeq", "\\thicksim", "\\backsim",
+                   "\\cong", "\\doteq", "\\asymp", "\\bumpeq", "\\Bumpeq"})
+#: a side that is a decimal written out, rounded to as many places as it has
+_DECIMAL = re.compile(r"\s*[+-]?\d*\.(\d+)\s*")
+_OPENS, _CLOSES = frozenset("{(["), frozenset("})]")
 
 
 def misread(extracted: str, pred: list[Any]) -> tuple[str, Any] | None:
     """``(why, what it parsed)`` when the answer ``extracted``, parsed as ``pred``, says other
-    than the parse: a negation the parse dropped, an equation between different numbers."""
+    than the parse: a negation the parse dropped, an equation between different numbers, two
+    numbers joined by a relation the parse kept one side of."""
     from sympy import Basic, Ne
 
     exprs = [item for item in pred if isinstance(item, Basic)]
@@ -29,7 +43,76 @@ def misread(extracted: str, pred: list[Any]) -> tuple[str, Any] | None:
     false = next((item for item in pred if false_equation(item)), None)
     if false is not None:
         return "the answer's equation is false", false
+    if pred and two_numbers(extracted, pred[0]):
+        return "the answer names two different numbers, of which the parse kept one", pred[0]
     return None
+
+
+def as_latex(answer: str) -> str:
+    """``answer`` as math-verify's parse takes a boxed answer."""
+    # Python's power operator is common in replies; LaTeX parsing reads "**" as nonsense.
+    return "$\\boxed{" + answer.replace("**", "^") + "}$"
+
+
+def _sides(extracted: str) -> tuple[list[str], bool]:
+    """The sides of ``extracted`` parted at its outermost relations that math-verify keeps one
+    side of, and whether one of them says near (``\\approx``); ``[extracted]`` when it has none."""
+    depth, last, sides, near = 0, 0, [], False
+    cuts = {match.start(): match for match in _ONE_SIDED.finditer(extracted)}
+    index = 0
+    while index < len(extracted):
+        char = extracted[index]
+        if index in cuts and depth == 0 and not re.search(r"\\(?:left|right|[bB]ig+[lr]?)\s*$", extracted[:index]):
+            match = cuts[index]
+            sides.append(extracted[last:index])
+            near = near or match.group() in _NEAR
+            last = index = match.end()
+            continue
+        if char == "\\":  # a command; \\{ and \\} group as braces do (\\{x \\mid x > 0\\})
+            char = extracted[index + 1:index + 2]
+            depth = max(depth + (char == "{") - (char == "}"), 0)
+            index += 2
+            continue
+        depth += char in _OPENS
+        depth = max(depth - (char in _CLOSES), 0)
+        index += 1
+    return sides + [extracted[last:]], near
+
+
+def two_numbers(extracted: str, whole: Any) -> bool:
+    """Whether ``extracted`` joins two different real numbers by a relation math-verify keeps
+    one side of, as ``whole`` (its parse) keeps one: ``3 \\approx 4`` was 3 and ``3 \\vee 4``
+    4, so a reply naming two answers scored for either. Near relations (``\\approx``) hold to
+    the places of their decimal sides (``\\pi \\approx 3.14``); sides that are no number
+    (``2x = 8 \\Rightarrow x = 4``) are not compared."""
+    from math_verify import parse
+    from sympy import Expr
+
+    sides, near = _sides(extracted)
+    if len(sides) < 2 or not _real(whole, Expr):
+        return False
+    numbers = []
+    for side in sides:
+        parsed = parse(as_latex(side), parsing_timeout=None) if side.strip() else []
+        if parsed and _real(parsed[0], Expr):
+            decimal = _DECIMAL.fullmatch(side)
+            numbers.append((parsed[0], len(decimal[1]) if decimal else None))
+    if not any(not differ(whole, number) for number, _ in numbers):
+        return False  # the parse is none of the sides: it read the whole (|3| + |4|)
+    return any(_apart(a, b, near) for index, a in enumerate(numbers) for b in numbers[index + 1:])
+
+
+def _real(value: Any, expr_type: type) -> bool:
+    return isinstance(value, expr_type) and value.is_number and bool(value.is_extended_real)
+
+
+def _apart(a: tuple[Any, int | None], b: tuple[Any, int | None], near: bool) -> bool:
+    """Whether two sides (a number and its decimal places, None when exact) differ: beyond a
+    rounding to the fewer places when ``near``, else at all."""
+    places = [p for p in (a[1], b[1]) if p is not None]
+    if not (near and places):
+        return differ(a[0], b[0])
+    return bool(abs((a[0] - b[0]).evalf(30)) > 5 * 10 ** -(min(places) + 1))
 
 
 def false_equation(expr: Any) -> bool:

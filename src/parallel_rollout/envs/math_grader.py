@@ -47,7 +47,7 @@ from typing import Any
 
 from ..errors import GraderKilled
 from ..guest.agent_output import readable_within
-from .math_answers import misread, off_in_size
+from .math_answers import as_latex, misread, off_in_size
 from .math_grader_deaths import CPU_LIMIT_S, GraderDied, GraderError, death_verdict, oom_file, oom_kills
 
 #: seconds one grade (parse both answers and compare them) may take
@@ -69,19 +69,14 @@ INSTALL_HINT = "math-verify is not installed: pip install 'parallel-rollout[math
 # -- inside a grader ---------------------------------------------------------------------------
 
 
-def _as_latex(answer: str) -> str:
-    # Python's power operator is common in replies; LaTeX parsing reads "**" as nonsense.
-    return "$\\boxed{" + answer.replace("**", "^") + "}$"
-
-
 def grade_now(expected: str, extracted: str) -> dict[str, Any]:
     """Parse both answers and compare them with math-verify, in this thread, unbounded."""
     from math_verify import parse, verify
 
-    gold = parse(_as_latex(expected), parsing_timeout=None)
+    gold = parse(as_latex(expected), parsing_timeout=None)
     if not gold:
         return {"correct": False, "reason": "unparseable_expected"}
-    pred = parse(_as_latex(extracted), parsing_timeout=None)
+    pred = parse(as_latex(extracted), parsing_timeout=None)
     if not pred:
         return {"correct": False, "reason": "unparseable"}
     flaw = misread(extracted, pred)
