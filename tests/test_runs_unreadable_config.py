@@ -71,3 +71,28 @@ def test_runs_list_help_names_every_status_it_lists():
     said = " ".join(CliRunner().invoke(main, ["runs", "list", "--help"]).output.split())
     for status in statuses:
         assert re.search(rf"[(, ]{status}[,:;)]", said), (status, said)
+
+
+@needs_bwrap
+def test_runs_list_of_a_run_folder_or_an_empty_one_says_so(tmp_path):
+    """`runs list --output-dir results/r1`, a run's own folder given for the folder of runs,
+    and an output folder with no run in it printed a table header, exit 0, nothing said."""
+    out = tmp_path / "out"
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a")])
+    done = CliRunner().invoke(main, ["--mode", "shell", "--data", str(data), "--output-dir", str(out),
+                                     "--run-id", "r1", "--no-progress"])
+    assert done.exit_code == 0, done.output
+    for args in ([], ["--json"]):
+        run_folder = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(out / "r1"), *args])
+        assert run_folder.exit_code == 2, run_folder.output
+        said = " ".join(run_folder.output.split())
+        assert f"{out / 'r1'}: a run's folder, not an output folder (the folder that holds the runs): " \
+               f"--output-dir {out}" in said, said
+    (tmp_path / "empty" / "not-a-run").mkdir(parents=True)
+    for args in ([], ["--json"]):
+        empty = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(tmp_path / "empty"), *args])
+        assert empty.exit_code == 0, empty.output
+        assert empty.stdout == "", empty.stdout
+        assert f"no runs in {tmp_path / 'empty'}" in empty.stderr, empty.stderr
+    listed = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(out)])
+    assert listed.exit_code == 0 and listed.stdout.startswith("RUN ID") and "r1" in listed.stdout, listed.output

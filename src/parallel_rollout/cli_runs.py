@@ -127,7 +127,9 @@ def runs_list(output_dir: str, as_json: bool) -> None:
     from .report.runs import format_runs, list_runs
 
     lines = list_runs(output_dir)
-    if as_json:
+    if not lines:  # a table header alone said nothing of why
+        say(f"no runs in {output_dir} (none of its folders holds a config.json or results.jsonl)", err=True)
+    elif as_json:
         for line in lines:
             say(json.dumps(line.to_json()), answer=True)
     else:

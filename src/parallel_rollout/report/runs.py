@@ -143,6 +143,10 @@ def list_runs(output_dir: str | Path) -> list[RunLine]:
                 lines.append(run_line(child))
             except NotARunFolder:
                 continue
+    if not lines and ((root / "config.json").exists() or (root / "results.jsonl").exists()):
+        # results/r1 given for results: its trajectories/ holds no run, and nothing was said
+        raise NotARunFolder(f"{root}: a run's folder, not an output folder (the folder that holds the runs): "
+                            f"--output-dir {root.resolve().parent if root.name in ('', '..') else root.parent}")
     return sorted(lines, key=lambda line: (line.started is None, line.started or 0, line.run_id))
 
 
