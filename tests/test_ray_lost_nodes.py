@@ -138,6 +138,9 @@ def test_a_run_without_vms_says_in_its_summary_which_node_it_lost(cluster, tmp_p
     assert summary["ray"]["nodes_left_out"] == {}
     said = " ".join(stdout.split())
     assert f"Ray node {victim.node_id[:8]} lost: {used[victim.node_id]['reason']}" in said, stdout[-3000:]
+    # Ray's own report of the death (the raylet's last 20 log lines, once a report, on
+    # stdout) is not printed across the run's output: the run's lines say it
+    assert "(raylet)" not in stdout + stderr and "Raylet is terminated" not in stdout + stderr, stdout[-3000:]
 
 
 @pytest.mark.slow

@@ -138,7 +138,31 @@ def connect(address: str | None) -> bool:
         ray.shutdown()
         signal.raise_signal(signal.SIGTERM)  # to the caller's handler, which decides
         raise InterruptedBeforeStart(signal.SIGTERM)
+    _cluster_errors_logged()
     return True
+
+
+def _cluster_errors_logged() -> None:
+    """The errors of the cluster Ray's driver hears (a node's death: ``Raylet is terminated``
+    and its raylet's last 20 log lines, or ``marked dead because the detector has missed too
+    many heartbeats``), which Ray printed on stdout, across the progress bar and the run's
+    output and not in run.log, are logged at DEBUG (``-v``): the run says each loss in its own
+    line. Ray's listener of these errors prints through ``print_to_stdstream`` of its module,
+    ``pid`` ``raylet``; the workers' logs (``log_to_driver``, off) do not go through it."""
+    from ray._private import worker
+
+    printer = worker.print_to_stdstream
+    if getattr(printer, "logged_instead", False):
+        return
+
+    def to_log(data: dict[str, Any], ignore_prefix: bool) -> None:
+        if data.get("pid") != "raylet":
+            return printer(data, ignore_prefix)
+        for text in data.get("lines", ()):
+            log.debug("Ray: %s", text)
+
+    to_log.logged_instead = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = to_log
 
 
 def _first_cause(exc: BaseException) -> str:
