@@ -88,6 +88,19 @@ CASES = {
     "abs-sum": ("What is $|3|+|4|$?", "7", "\\boxed{|3| + |4|}", 1.0),
     "implies-worked": ("Solve $2x=8$.", "4", "\\boxed{2x = 8 \\Rightarrow x = 4}", 1.0),
     "limit": ("What is $\\lim_{x \\to 0} \\frac{\\sin x}{x}$?", "1", "\\boxed{\\lim_{x \\to 0} \\frac{\\sin x}{x} = 1}", 1.0),
+    # ... and so are two numbers parted by what LaTeX sets apart: a column, a line, dots, an
+    # invisible delimiter, rows of cases (math-verify kept the last, or added them up: 3 \\ 4 was 7)
+    "column": ("What is $2+2$?", "4", "\\boxed{3 & 4}", 0.0),
+    "line-break": ("What is $3+4$?", "7", "\\boxed{3 \\\\ 4}", 0.0),
+    "ldots": ("What is $3+4$?", "7", "\\boxed{3 \\ldots 4}", 0.0),
+    "dots": ("What is $2+2$?", "4", "\\boxed{3 \\dots 4}", 0.0),
+    "right-dot": ("What is $2+2$?", "4", "\\boxed{3 \\right. 4}", 0.0),
+    "evaluated": ("What is $2+2$?", "4", "\\boxed{\\left. 3 \\right| 4}", 0.0),
+    "cases": ("What is $2+2$?", "4", "\\boxed{\\begin{cases} 3 \\\\ 4 \\end{cases}}", 0.0),
+    "atop": ("What is $2+2$?", "4", "\\boxed{3 \\atop 4}", 0.0),
+    "or-operator": ("What is $2+2$?", "4", "\\boxed{3 \\operatorname{or} 4}", 0.0),
+    "abs-left-right": ("What is $|3|+|-4|$?", "7", "\\boxed{\\left|3\\right| + \\left|-4\\right|}", 1.0),
+    "sum-dots": ("What is $1+2+\\dots+10$?", "55", "\\boxed{1 + 2 + \\dots + 10 = 55}", 1.0),
     # a decimal matches to six places, and to its size: 0.0 is not a tiny answer
     "tiny-zero": ("What is the chance of 30 heads in 30 tosses?", "\\frac{1}{1073741824}", "\\boxed{0.0}", 0.0),
     "tiny-off": ("What is $10^{-6}$?", "0.000001", "\\boxed{0.0000014}", 0.0),

@@ -88,7 +88,7 @@ _PERCENT = re.compile(r"\\?%")
 _PERCENT_WORD = re.compile(r"\\(?:text|textrm|mathrm|mbox)\s*\{\s*(?:\\?%|percent(?:age)?|pct)\s*\}"
                            r"|(?<![A-Za-z\\])(?:percent(?:age)?|pct)(?![A-Za-z])", re.IGNORECASE)
 #: LaTeX's horizontal spacing: a space (math-verify read ``3\\;4`` as 7, ``3\\hspace{1em}4`` as 4)
-_SPACING = re.compile(r"\\(?:[,:;> ]|quad|qquad|enspace|thinspace|medspace|thickspace"
+_SPACING = re.compile(r"(?<!\\)\\(?:[,:;> ]|quad|qquad|enspace|thinspace|medspace|thickspace"
                       r"|hspace\*?\s*\{[^{}]*\}|text\s*\{\s*\}|mbox\s*\{\s*\})|~")
 #: what LaTeX leaves invisible (``\\phantom{4}3`` shows 3; math-verify read 7)
 _PHANTOM = re.compile(r"\\[hv]?phantom\s*(?=\{)")

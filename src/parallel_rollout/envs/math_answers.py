@@ -16,13 +16,22 @@ MAX_DIGITS = 10_000
 #: a negated relation (``\\neq``, ``\\not=``), which math-verify parses as ``Ne`` or drops (``\\neq 3``
 #: and ``x \\not= 3`` were 3)
 _NEGATION = re.compile(r"\\(?:not|neq?)(?![A-Za-z])")
+#: a bar, or an invisible delimiter: parts numbers (``3 | 4``, ``3 \\right. 4`` were 4) where the
+#: parse kept one of them, not where it read the whole (``|3| + |4|``, ``\\left|3\\right|``)
+_BAR = r"\\(?:left|right)\s*[.|]|(?<![\\a-z])\|"
 #: a relation or connective math-verify keeps one side of (``3 \\approx 4`` was 3; ``3 \\sim 4``,
 #: ``3 \\Rightarrow 4``, ``3 \\vee 4``, ``3 | 4`` were 4): between two numbers, a hedge
 _ONE_SIDED = re.compile(r"\\(?:approx|approxeq|thickapprox|sim|simeq|thicksim|backsim|cong|doteq|asymp|bumpeq"
                         r"|Bumpeq|propto|to|gets|mapsto|(?:long)?(?:left|right|leftright)arrow"
                         r"|(?:Long)?(?:Left|Right|Leftright)arrow|iff|implies|impliedby|mid|vee|lor|wedge|land"
-                        r"|setminus|backslash|therefore|because|vdash|parallel|perp|coloneqq|eqqcolon)(?![A-Za-z])"
-                        r"|:=|(?<![\\a-z])\|")
+                        r"|setminus|backslash|therefore|because|vdash|parallel|perp|coloneqq|eqqcolon"
+                        r"|dots|ldots|cdots|vdots|ddots|dotsc|dotsb|atop|above)(?![A-Za-z])"
+                        r"|\\\\|&|:=|\\operatorname\s*\{\s*(?:or|and|xor)\s*\}|" + _BAR)
+#: what LaTeX sets apart as a column, a line, dots, rows (``3 & 4``, ``3 \\\\ 4`` was 7, ``3 \\ldots 4``
+#: 7, ``\\begin{cases} 3 \\\\ 4 \\end{cases}`` 4) is a connective too; ``\\begin``/``\\end`` of rows
+#: that are no matrix are dropped from the sides
+_ROWS = re.compile(r"\\(?:begin|end)\s*\{(?:cases|aligned|align|alignat|gathered|gather|split|eqnarray|array|multline)"
+                   r"\*?\}(?:\s*\{[^{}]*\})?")
 #: the relations that say two numbers are near: their sides may differ by a rounding
 _NEAR = frozenset({"\\approx", "\\approxeq", "\\thickapprox", "\\sim", "\\simeq", "\\thicksim", "\\backsim",
                    "\\cong", "\\doteq", "\\asymp", "\\bumpeq", "\\Bumpeq"})
@@ -54,10 +63,12 @@ def as_latex(answer: str) -> str:
     return "$\\boxed{" + answer.replace("**", "^") + "}$"
 
 
-def _sides(extracted: str) -> tuple[list[str], bool]:
-    """The sides of ``extracted`` parted at its outermost relations that math-verify keeps one
-    side of, and whether one of them says near (``\\approx``); ``[extracted]`` when it has none."""
-    depth, last, sides, near = 0, 0, [], False
+def _sides(extracted: str) -> tuple[list[str], set[str]]:
+    """The sides of ``extracted`` parted at its outermost connectives that math-verify keeps one
+    side of (or adds up), ``\\begin``/``\\end`` of rows dropped; and the kinds of those parting
+    it (``near``: ``\\approx`` and kin, ``bar``: a bar or an invisible delimiter, ``other``);
+    ``[extracted]`` when it has none."""
+    depth, last, sides, kinds = 0, 0, [], set()
     cuts = {match.start(): match for match in _ONE_SIDED.finditer(extracted)}
     index = 0
     while index < len(extracted):
@@ -65,7 +76,8 @@ def _sides(extracted: str) -> tuple[list[str], bool]:
         if index in cuts and depth == 0 and not re.search(r"\\(?:left|right|[bB]ig+[lr]?)\s*$", extracted[:index]):
             match = cuts[index]
             sides.append(extracted[last:index])
-            near = near or match.group() in _NEAR
+            cut = match.group()
+            kinds.add("near" if cut in _NEAR else "bar" if re.fullmatch(_BAR, cut) else "other")
             last = index = match.end()
             continue
         if char == "\\":  # a command; \\{ and \\} group as braces do (\\{x \\mid x > 0\\})
@@ -76,19 +88,20 @@ def _sides(extracted: str) -> tuple[list[str], bool]:
         depth += char in _OPENS
         depth = max(depth - (char in _CLOSES), 0)
         index += 1
-    return sides + [extracted[last:]], near
+    return [_ROWS.sub(" ", side) for side in sides + [extracted[last:]]], kinds
 
 
 def two_numbers(extracted: str, whole: Any) -> bool:
-    """Whether ``extracted`` joins two different real numbers by a relation math-verify keeps
-    one side of, as ``whole`` (its parse) keeps one: ``3 \\approx 4`` was 3 and ``3 \\vee 4``
-    4, so a reply naming two answers scored for either. Near relations (``\\approx``) hold to
+    """Whether ``extracted``, parsed as the real number ``whole``, parts two different real
+    numbers by a connective math-verify keeps one side of or adds up: ``3 \\approx 4`` was 3,
+    ``3 \\vee 4`` 4 and ``3 \\\\ 4`` 7, so a reply naming two answers scored for either (a bar
+    only where the parse is one of them: ``|3| + |4|`` is 7). Near relations (``\\approx``) hold to
     the places of their decimal sides (``\\pi \\approx 3.14``); sides that are no number
     (``2x = 8 \\Rightarrow x = 4``) are not compared."""
     from math_verify import parse
     from sympy import Expr
 
-    sides, near = _sides(extracted)
+    sides, kinds = _sides(extracted)
     if len(sides) < 2 or not _real(whole, Expr):
         return False
     numbers = []
@@ -97,8 +110,9 @@ def two_numbers(extracted: str, whole: Any) -> bool:
         if parsed and _real(parsed[0], Expr):
             decimal = _DECIMAL.fullmatch(side)
             numbers.append((parsed[0], len(decimal[1]) if decimal else None))
-    if not any(not differ(whole, number) for number, _ in numbers):
+    if kinds == {"bar"} and not any(not differ(whole, number) for number, _ in numbers):
         return False  # the parse is none of the sides: it read the whole (|3| + |4|)
+    near = "near" in kinds
     return any(_apart(a, b, near) for index, a in enumerate(numbers) for b in numbers[index + 1:])
 
 
