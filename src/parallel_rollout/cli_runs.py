@@ -127,11 +127,11 @@ def runs_list(output_dir: str, as_json: bool) -> None:
     from .report.runs import format_runs, list_runs
 
     lines = list_runs(output_dir)
-    if not lines:  # a table header alone said nothing of why
-        say(f"no runs in {output_dir} (none of its folders holds a config.json or results.jsonl)", err=True)
-    elif as_json:
+    if as_json:  # no runs: no line
         for line in lines:
             say(json.dumps(line.to_json()), answer=True)
+    elif not lines:  # a table header alone said nothing of why
+        say(f"no runs in {output_dir} (none of its folders holds a config.json or results.jsonl)", err=True)
     else:
         say(format_runs(lines), answer=True)
 
