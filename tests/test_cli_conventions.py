@@ -190,6 +190,15 @@ def test_a_misspelt_osworld_flag_is_told_its_spelling(typed, meant):
     assert f"No such option {typed!r}. {meant}" in result.output, result.output
 
 
+def test_a_misspelt_option_of_the_program_is_told_its_name():
+    """`parallel-rollout --verison` went to run, the default command, which said 'Did you mean
+    one of: --verbose, --verify-reset?'; `run --verison` has no --version to be told of."""
+    result = CliRunner().invoke(main, ["--verison"])
+    assert result.exit_code == 2, result.output
+    assert "No such option '--verison'. Did you mean '--version'?" in result.output, result.output
+    assert "--version" not in CliRunner().invoke(main, ["run", "--verison"]).output
+
+
 @pytest.mark.skipif(not (EXAMPLES / "test_small.json").is_file(), reason="OSWorld's task set is not here")
 def test_test_all_meta_path_is_the_index_and_its_folder_the_data(tmp_path, monkeypatch):
     monkeypatch.chdir(EXAMPLES.parent)

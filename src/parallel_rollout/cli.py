@@ -63,7 +63,7 @@ import click
 from click.core import ParameterSource
 
 from .cli_aliases import said_as_typed
-from .cli_options import (ENV_PREFIX, Gate, LazyHelpOption, RegistryOption, RunCommand, dataset_help,
+from .cli_options import (ENV_PREFIX, RUN_IMPLIED, Gate, LazyHelpOption, RegistryOption, RunCommand, dataset_help,
                           env_var_name, help_sections, invoked_as, name_variables_after_flags, typed_sources)
 from .cli_runs import compare_cmd, report_cmd, runs
 from .cli_tools import end_command, image, osworld_cache, vms
@@ -131,6 +131,7 @@ class _DefaultRunGroup(click.Group):
                 raise click.UsageError(f"no command {args[0]!r}: the commands are {', '.join(sorted(self.commands))}; "
                                        "run's flags (--mode, --data …) need no command before them", ctx)
             args = ["run", *args]
+            ctx.meta[RUN_IMPLIED] = True
         return super().parse_args(ctx, _help_asked(self, args))
 
     def invoke(self, ctx: click.Context) -> Any:

@@ -36,6 +36,9 @@ from .provenance import program
 
 #: the prefix of every flag's environment variable: PARALLEL_ROLLOUT_<FLAG> for run's flags
 ENV_PREFIX = "PARALLEL_ROLLOUT"
+#: ``ctx.meta`` key the group sets when ``run`` is implied (``parallel-rollout --mode …``): a
+#: flag run lacks may then be a misspelt flag of the program's own (``--verison``)
+RUN_IMPLIED = "parallel_rollout.run_implied"
 
 #: PARALLEL_ROLLOUT_<NAME> variables that are no flag of run: the settings providers, modes
 #: and the guest read (README), and what ./dev and the pool pass their own processes
@@ -368,6 +371,10 @@ class RunCommand(click.Command):
             elif "_" in exc.option_name:  # OSWorld's spelling (--max_step): click's nearest was --max-tokens
                 osworld = difflib.get_close_matches(exc.option_name, OSWORLD_ALIASES, n=1)
                 exc.possibilities = osworld or exc.possibilities
+            elif ctx.meta.get(RUN_IMPLIED) and ctx.parent is not None:  # --verison: click said --verbose
+                own = [opt for param in ctx.parent.command.get_params(ctx.parent) for opt in param.opts]
+                nearest = difflib.get_close_matches(exc.option_name, [*own, *(exc.possibilities or ())], n=1)
+                exc.possibilities = nearest if nearest and nearest[0] in own else exc.possibilities
             raise
         except click.BadParameter as exc:
             param = exc.param
