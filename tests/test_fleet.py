@@ -541,7 +541,7 @@ def test_cli_the_start_check_asks_every_server_of_the_fleet_at_once_and_names_th
             server.stop()
     assert proc.returncode == 0, proc.stderr
     assert [server.together for server in down] == [True, True, True], proc.stderr
-    warned = [line for line in proc.stderr.splitlines() if "is not reachable (GET /models" in line]
+    warned = [line for line in proc.stderr.splitlines() if "asks this server again as it does a failing one" in line]
     assert [url for line in warned for url in urls if url in line] == [urls[0], urls[1], urls[3]], proc.stderr
     (record,) = read_results(tmp_path / "at-once")
     assert record["usage"]["server"] == good.url, record

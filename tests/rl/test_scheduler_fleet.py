@@ -144,6 +144,40 @@ def test_a_server_that_refuses_the_model_is_left_out_and_every_one_refusing_is_a
         wrong.stop()
 
 
+def test_a_server_down_at_the_check_that_comes_up_with_another_model_gets_no_trajectory(tmp_path, schedulers):
+    """A server that does not answer the check before the first batch stays in the rotation;
+    up later serving another model (SGLang answers any model name), each worker asks its
+    GET /models at its first visit and leaves it out: no chat POST reaches it."""
+    import socket
+
+    with socket.socket() as free:  # nothing listens there at the check
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    late: list[LLMServer] = []
+    table = TablePolicy(seed=1)
+
+    def first_reply_starts_the_late_server(body):
+        if not late:  # past the check: the late server comes up, listing only 'test-model'
+            late.append(LLMServer(policy=TablePolicy(seed=2), port=port).start())
+        return table(body)
+
+    good = LLMServer(policy=first_reply_starts_the_late_server).start()
+    try:
+        scheduler = schedulers(rl_config(tmp_path, good, base_url=[f"http://127.0.0.1:{port}/v1", good.url],
+                                         envs_per_worker=2, server_cooldown=0.0),
+                               EnvManagerConfig(num_env_groups=4, group_size=2, tags=["lakes"],
+                                                task_sets=lake_set(tmp_path, count=4, max_steps=4)))
+        batches = [scheduler.get_batch(batch_size=8, step=step) for step in range(2)]
+    finally:
+        good.stop()
+        for server in late:
+            server.stop()
+    assert late and [r["path"] for r in late[0].requests if r["path"].endswith("completions")] == []
+    assert late[0].model_listings >= 1
+    assert {t.record["usage"]["server"] for batch in batches for t in batch} == {good.url}
+    assert all(len(batch) == 8 for batch in batches)
+
+
 def test_a_server_whose_models_lack_the_runs_model_gets_no_trajectory(tmp_path, schedulers, caplog):
     """The check before the first batch finds a server whose GET /models lists another model
     (SGLang answers any model name in a POST, so only the check tells): every worker leaves it

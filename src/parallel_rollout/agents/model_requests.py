@@ -30,6 +30,11 @@ from .servers import Route
 from .wire import MalformedResponse, Wire
 
 
+class LeftOut(Exception):
+    """The server a request was to go to lists another model, found at its first visit
+    (``ModelRequests._first_visit``): the trajectory moves on before anything is sent there."""
+
+
 class ModelRequests:
     """The requests of one client's calls: routing, retries, the policy gate and the usage
     counts (``ModelClient`` is one, with the turn bookkeeping on top)."""
@@ -76,8 +81,8 @@ class ModelRequests:
         #: the endpoint's failure a call of this attempt raised (ModelUnavailable, EndpointRefused):
         #: the worker records the attempt as it even when the agent caught it and went on
         self.endpoint_failure: AgentError | None = None
-        #: what the servers this client found not serving the run answered (``_serves_the_run``)
-        self._left_out_answers: dict[str, str] = {}
+        #: what the unheard servers this client asked answered, when not serving (``_serves_the_run``)
+        self._visit_answers: dict[str, str] = {}
 
     @property
     def endpoint(self) -> str:
@@ -134,7 +139,6 @@ class ModelRequests:
             if partial is not None:
                 sent = partial_reply.continued(request, partial, tokens="prompt" in request)
             try:
-                self._first_visit(failed)
                 policy = retrying(self.max_retries, self.backoff_base_s, self.backoff_max_s,
                                   lambda: self._route.can_move(failed), self._count_request,
                                   before_sleep=lambda state: self._tell_retry(True), sleep=self._retry_wait)
@@ -170,6 +174,11 @@ class ModelRequests:
                 move = self._route.move(exc.answer or str(exc), exclude=failed, refused=True)
                 self._use_server(self._route.url)
                 self._turn.setdefault("server_moves", []).append(move)
+            except LeftOut as exc:  # nothing sent there: a move marked so, which the run names once
+                move = self._route.move(str(exc), exclude=failed, refused=True)
+                move["left_out"] = True
+                self._use_server(self._route.url)
+                self._turn.setdefault("server_moves", []).append(move)
             except streaming.Aborted as exc:
                 # Not a retry: an abort never spends --max-retries, however often it happens.
                 self._turn["redone"] = self._turn.get("redone", 0) + 1
@@ -184,18 +193,18 @@ class ModelRequests:
                 kept = exc.partial.text or exc.partial.token_ids
                 partial = exc.partial if kept and getattr(self.config, "partial_rollout", False) else None
 
-    def _first_visit(self, failed: list[str]) -> None:
-        """Before a request: the first to reach a server the run's start check did not hear
-        (down then) asks its /models (``ServerPool.first_visit``); one that lists another model
-        is left out, and the trajectory goes on at another server before any request is sent
-        there: a move marked ``left_out``, which the run names once."""
+    def _first_visit(self) -> None:
+        """Before each request: a server the run's start check did not hear (down then) takes
+        none until its /models answered (``ServerPool.first_visit``, once per server and worker
+        process). No answer yet fails the request as a refused connection does (retried, or
+        moved on); one listing another model is left out (``LeftOut``), so nothing is sent
+        there: not even a request racing its start with another model loaded."""
         pool = self._route.pool
-        while pool is not None and not pool.first_visit(self.base_url, self._serves_the_run):
-            answer = self._left_out_answers.get(self.base_url, f"{self.base_url} does not serve the run")
-            move = self._route.move(answer, exclude=failed, refused=True)
-            move["left_out"] = True
-            self._use_server(self._route.url)
-            self._turn.setdefault("server_moves", []).append(move)
+        serves = pool.first_visit(self.base_url, self._serves_the_run) if pool is not None else True
+        if serves is None:
+            raise Retryable(self._visit_answers.get(self.base_url, f"{self.base_url} does not answer"), server_down=True)
+        if not serves:
+            raise LeftOut(self._visit_answers.get(self.base_url, f"{self.base_url} does not serve the run"))
 
     def _serves_the_run(self, url: str) -> bool | None:
         """GET ``url``/models as the start check does (``probe_models``): whether it serves the
@@ -203,10 +212,10 @@ class ModelRequests:
         when it does not and no other server of the fleet serves the run either."""
         try:
             openai_request.probe_models(url, self.config.model, agent=getattr(self.config, "agent", "openai"))
-        except openai_request.ServerUnreachable:
-            return None
         except openai_request.ServerRefused as exc:
-            self._left_out_answers[url] = exc.answer
+            self._visit_answers[url] = exc.answer
+            if isinstance(exc, openai_request.ServerUnreachable):
+                return None
             if not self._route.pool.serving(url):
                 raise EndpointRefused(f"every server of the fleet refuses ({', '.join(self._route.pool.urls)}); "
                                       f"the last: {exc.answer}; {exc.fix}") from None
@@ -245,6 +254,7 @@ class ModelRequests:
     def _attempt(self, client, request: dict[str, Any], partial=None) -> str:
         """One request: the reply text; Retryable for what a retry may fix, AgentError for
         what it cannot, streaming.Aborted when a weight update or a cancel ended it."""
+        self._first_visit()
         try:
             raw = self._send(client, request, partial)
             if isinstance(raw, partial_reply.Partial):  # streamed through the policy gate

@@ -82,12 +82,13 @@ class ServerPool:
         with self._lock:
             self._unheard |= (frozenset(urls) & frozenset(self.urls)) - self._heard
 
-    def first_visit(self, url: str, ask: Callable[[str], bool | None]) -> bool:
-        """Whether ``url`` may take a request: False once it is left out. An unheard server
-        (``ask_first``) is asked first, once per process: ``ask(url)`` says whether it serves
-        the run (None: it did not answer, so it is asked at its next visit again); one that
-        does not is left out as the start check's are (``leave_out``). The process's other
-        trajectories reaching it meanwhile wait for the answer instead of sending it theirs."""
+    def first_visit(self, url: str, ask: Callable[[str], bool | None]) -> bool | None:
+        """Whether ``url`` may take a request: False once it is left out, None while it is
+        unheard and does not answer. An unheard server (``ask_first``) is asked first, once per
+        process: ``ask(url)`` says whether it serves the run (None: no answer, so it takes no
+        request yet and is asked again at the next); one that does not is left out as the start
+        check's are (``leave_out``). The process's other trajectories reaching it meanwhile
+        wait for the answer instead of sending it theirs."""
         verdict = self._verdict(url)  # every request but a few: no wait
         if verdict is not None:
             return verdict
@@ -97,7 +98,7 @@ class ServerPool:
                 return verdict
             serves = ask(url)
             if serves is None:
-                return True  # still down: its request fails and moves on, as any failing server's
+                return None  # still down: asked again before the next request to it
             with self._lock:
                 self._unheard -= {url}
                 self._heard |= {url}
