@@ -547,6 +547,23 @@ def test_cli_the_start_check_asks_every_server_of_the_fleet_at_once_and_names_th
     assert record["usage"]["server"] == good.url, record
 
 
+def test_an_unheard_server_that_lists_another_model_where_no_other_serves_stops_the_turn(llm_servers):
+    """The start check left one server out and did not hear the other; that one, up since,
+    lists another model too: no server serves the run, so the turn is EndpointRefused (which
+    stops a run, exit 2) naming both, and no chat POST reached either."""
+    from parallel_rollout.agents import EndpointRefused, ModelClient
+
+    left_out, unheard = llm_servers(_echo, 2)
+    left_out.models = unheard.models = ["other-model"]
+    client = ModelClient(build_config({"agent": "openai", "mode": "gym", "model": "test-model", "max_retries": 1,
+                                       "base_url": [left_out.url, unheard.url]}))
+    client.start(AttemptInfo("lake#0", 0, servers_left_out=(left_out.url,), servers_unheard=(unheard.url,)))
+    with pytest.raises(EndpointRefused, match=f"every server of the fleet refuses .*{unheard.url} does not list "
+                                              "the model 'test-model' \\(--model\\): it lists other-model"):
+        client.chat([{"role": "user", "content": "go"}])
+    assert left_out.requests == [] and unheard.requests == [] and unheard.model_listings == 1
+
+
 def test_a_server_taken_out_for_a_refusal_is_tried_again_after_its_cool_down(llm_servers):
     """A refused turn moves on, marked so; the server is left out while it cools down and
     asked again after it (a restart with the right model serves). A refusal at one server and
