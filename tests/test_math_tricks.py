@@ -99,6 +99,12 @@ CASES = {
     "cases": ("What is $2+2$?", "4", "\\boxed{\\begin{cases} 3 \\\\ 4 \\end{cases}}", 0.0),
     "atop": ("What is $2+2$?", "4", "\\boxed{3 \\atop 4}", 0.0),
     "or-operator": ("What is $2+2$?", "4", "\\boxed{3 \\operatorname{or} 4}", 0.0),
+    # ... and by any of the many symbols math-verify drops what comes before (3 \ll 4 was 4)
+    **{f"symbol-{name}": ("What is $2+2$?", "4", f"\\boxed{{3 \\{name} 4}}", 0.0)
+       for name in ("ll", "in", "star", "cup", "oplus", "colon", "dag", "forall", "uparrow", "S", "circ")},
+    "degrees": ("What is the angle of an equilateral triangle?", "60", "\\boxed{60^\\circ}", 1.0),
+    "degrees-braced": ("What is the angle of an equilateral triangle?", "60", "\\boxed{60^{\\circ}}", 1.0),
+    "in-set": ("Where is $x$?", "[1, 3)", "\\boxed{x \\in [1, 3)}", 1.0),
     "abs-left-right": ("What is $|3|+|-4|$?", "7", "\\boxed{\\left|3\\right| + \\left|-4\\right|}", 1.0),
     "sum-dots": ("What is $1+2+\\dots+10$?", "55", "\\boxed{1 + 2 + \\dots + 10 = 55}", 1.0),
     # a decimal matches to six places, and to its size: 0.0 is not a tiny answer

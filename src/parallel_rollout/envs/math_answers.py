@@ -25,7 +25,16 @@ _ONE_SIDED = re.compile(r"\\(?:approx|approxeq|thickapprox|sim|simeq|thicksim|ba
                         r"|Bumpeq|propto|to|gets|mapsto|(?:long)?(?:left|right|leftright)arrow"
                         r"|(?:Long)?(?:Left|Right|Leftright)arrow|iff|implies|impliedby|mid|vee|lor|wedge|land"
                         r"|setminus|backslash|therefore|because|vdash|parallel|perp|coloneqq|eqqcolon"
-                        r"|dots|ldots|cdots|vdots|ddots|dotsc|dotsb|atop|above)(?![A-Za-z])"
+                        r"|dots|ldots|cdots|vdots|ddots|dotsc|dotsb|atop|above"
+                        # symbols math-verify drops what comes before (3 \\ll 4 was 4)
+                        r"|lessgtr|gtrless|ll|gg|in|notin|ni|subset|supset|subseteq|supseteq|sqsubset|sqsupset"
+                        r"|prec|succ|preceq|succeq|dagger|dag|ddagger|ddag|star|ast|bullet|diamond|oplus|ominus"
+                        r"|otimes|oslash|odot|uplus|cup|cap|sqcup|sqcap|amalg|wr|lhd|rhd|unlhd|unrhd|triangleleft"
+                        r"|triangleright|smile|frown|bowtie|models|top|bot|forall|exists|nexists|partial|checkmark"
+                        r"|S|P|uparrow|downarrow|updownarrow|Uparrow|Downarrow|nearrow|searrow|swarrow|nwarrow"
+                        r"|hookrightarrow|hookleftarrow|rightharpoonup|rightharpoondown|leftharpoonup"
+                        r"|rightleftharpoons|longmapsto|colon|ldotp)(?![A-Za-z])"
+                        r"|(?<![\\^_])\\circ(?![A-Za-z])"  # not a degree sign, 30^\\circ
                         r"|\\\\|&|:=|\\operatorname\s*\{\s*(?:or|and|xor)\s*\}|" + _BAR)
 #: what LaTeX sets apart as a column, a line, dots, rows (``3 & 4``, ``3 \\\\ 4`` was 7, ``3 \\ldots 4``
 #: 7, ``\\begin{cases} 3 \\\\ 4 \\end{cases}`` 4) is a connective too; ``\\begin``/``\\end`` of rows
