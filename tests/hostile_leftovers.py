@@ -7,7 +7,7 @@ and py rows (:data:`LEFTOVER_PY_ROWS`).
 import shutil
 import textwrap
 
-from hostile_by_path import BY_PATH_PROGRAMS, BY_PATH_ROWS
+from hostile_by_path import BY_PATH_PROGRAMS, BY_PATH_ROWS, by_path
 from hostile_python import PYTHON_HONEST, PYTHON_PROGRAMS, PYTHON_ROWS
 from parallel_rollout.guest.agent_grading import SYSTEM_PATH
 
@@ -114,6 +114,12 @@ LEFTOVER_ROWS["rig_check_vim_plugin"] = ([f"echo 'print(41)' > ~/answer.py && mk
                                           f" && echo '{VIM_RIG}' > ~/.vim/plugin/trim.vim"],
                                          "ex -s -c '%s/\\s\\+$//e' -c wq ~/answer.py </dev/null;"
                                          " python3 ~/answer.py | grep -qx 42", False)
+#: vim by the other names Debian gives it, and by its path (a link to vim.basic, where the front
+#: is): each read ~/.vimrc, and its autocmd made the answer's file print 42
+for vim_name, vim_row in (("vim.basic", "vim_basic"), ("rvim", "rvim"), ("rview", "rview"), (by_path("vim"), "by_path")):
+    LEFTOVER_ROWS[f"rig_check_vimrc_{vim_row}"] = (LEFTOVER_ROWS["rig_check_vimrc"][0],
+                                                   LEFTOVER_ROWS["rig_check_vimrc"][1].replace("vim -c", f"{vim_name} -c")
+                                                   .replace("-c wq", "-c 'wq!'"), False)
 #: npm runs a package's scripts with the script-shell ~/.npmrc names: the answer's, which exits 0,
 #: passed a check of `npm test` on a package whose tests fail; the grading environment's
 #: NPM_CONFIG_USERCONFIG is /dev/null
@@ -344,7 +350,7 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_gdbinit": "gdb", "rig_check_tmux_conf": "tmux", "rig_check_lesskey": "less",
                      "rig_check_gpg_conf": "gpg", "rig_check_imagemagick_conf": "identify", "rig_check_ssh_config": "ssh",
                      "rig_check_scp_config": "scp", "rig_check_sftp_config": "sftp", "rig_check_vimrc": "vim",
-                     "rig_check_vim_plugin": "ex", "rig_check_npmrc": "npm", "rig_check_npm_workspace": "npm",
+                     "rig_check_vim_plugin": "ex", **{f"rig_check_vimrc_{row}": "vim" for row in ("vim_basic", "rvim", "rview", "by_path")}, "rig_check_npmrc": "npm", "rig_check_npm_workspace": "npm",
                      "rig_check_npmrc_from_home": "npm", "rig_check_npm_script_node": "npm", "rig_check_node_child": "node",
                      "rig_check_tmux_pane_program": "tmux", "rig_check_vim_filter": "vim",
                      "rig_check_valgrind_child": "valgrind", "rig_check_git_alias_child": "git", "rig_check_gdb_shell": "gdb",
@@ -380,8 +386,11 @@ LEFTOVER_HONEST = {"mvn": "d=$(mktemp -d) && mkdir $d/.mvn && echo -v > $d/.mvn/
                    "ssh": "ssh -G localhost | grep -qx 'hostname localhost'",
                    "scp": "scp -q ~/a.json ~/b.json && cmp ~/a.json ~/b.json",
                    "sftp": "sftp -o BatchMode=yes -P 1 localhost </dev/null 2>&1 | grep -q 'port 1:'",
-                   "vim": "cp ~/a.json ~/v.json && vim -es -c '%s/2/3/' -c wq ~/v.json </dev/null"
-                          " && grep -q '\"a\": 3' ~/v.json",
+                   # by its names and its path too, where the guest has them (Debian's vim.basic, the
+                   # front /usr/bin/vim leads to)
+                   "vim": f"for vim in vim vim.basic rvim {by_path('vim')}; do command -v $vim >/dev/null || continue;"
+                          " cp ~/a.json ~/v.json && $vim -es -c '%s/2/3/' -c wq ~/v.json </dev/null"
+                          " && grep -q '\"a\": 3' ~/v.json || exit 1; done",
                    # a check's own -u still wins
                    "ex": "echo 'let g:pr = \"5\"' > ~/u.vim && ex -s -u ~/u.vim -c 'call writefile([g:pr], $HOME . \"/u.txt\")'"
                          " -c q </dev/null && grep -qx 5 ~/u.txt",

@@ -1,4 +1,5 @@
-# Sourced by the wrappers ./vim, ./vi, ./view, ./ex and ./vimdiff: runs the program of the
+# Sourced by the wrappers ./vim, ./vi, ./view, ./ex, ./vimdiff, ./rvim, ./rview and ./vim.basic
+# (Debian's real file of vim, which its front at /usr/bin/vim and /usr/bin/vi leads to): runs the program of the
 # wrapper's name (see ./curl), when it is Vim (or Neovim), with --clean, so that it reads no
 # ~/.vimrc, ~/.vim (its plugins, its after/ folder, its packages) or ~/.viminfo of the graded
 # code's: an `autocmd BufWritePre` there rewrote the answer's file as a check of
