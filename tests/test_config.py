@@ -499,3 +499,41 @@ def test_boot_timeout_is_a_flag(tmp_path):
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["boot_timeout_s"] == 7.5
     assert "--boot-timeout-s FLOAT" in CliRunner().invoke(main, ["run", "--help"]).output
+
+
+@pytest.mark.parametrize("key, meant", [
+    ("num-workers", "num-rollouts"),  # --num-workers, another name of --num-rollouts
+    ("provider", "provider-name"),
+    ("max_steps", "max-turns"),  # OSWorld's run.py names, which run reads as flags
+    ("result_dir", "output-dir"),
+    ("num_envs", "num-rollouts"),
+])
+def test_a_key_named_as_another_name_of_a_flag_says_the_key(tmp_path, key, meant):
+    """A flag's other name (num-workers = 3) or OSWorld's (max_steps = 4), which run takes on
+    its command line, was 'unknown key …; keys are the flag names, e.g. num-vms' in a --config
+    file: no word of the key the file takes."""
+    from click.testing import CliRunner
+
+    from parallel_rollout.cli import main
+
+    path = tmp_path / "run.toml"
+    path.write_text(f"{key} = 3\n")
+    result = CliRunner().invoke(main, ["--config", str(path), "--print-config"])
+    assert result.exit_code == 2, result.output
+    assert f"{path}: unknown key {key!r}; did you mean {meant}?" in " ".join(result.output.split()), result.output
+
+
+def test_every_other_name_of_a_flag_of_run_has_its_key():
+    """The table the config file's hint reads (config_checks, below the CLI) holds every other
+    name of run's flags and every OSWorld spelling that names a setting otherwise."""
+    from parallel_rollout.cli import main
+    from parallel_rollout.cli_aliases import OSWORLD_ALIASES
+    from parallel_rollout.cli_options import flag_aliases
+    from parallel_rollout.config_checks import KEY_SYNONYMS
+
+    def key(flag: str) -> str:
+        return flag.lstrip("-").replace("-", "_")
+
+    names = {**flag_aliases(main.commands["run"]), **OSWORLD_ALIASES}
+    wanted = {key(other): key(ours) for other, ours in names.items() if key(other) != key(ours)}
+    assert KEY_SYNONYMS == wanted

@@ -400,6 +400,15 @@ GATE_SYNONYMS = {
     **dict.fromkeys(("baseline", "baseline_run", "compare", "compare_with"), "compare_to"),
 }
 
+#: a run flag's other names and OSWorld's run.py spellings that name a setting otherwise, as a
+#: config file's keys (underscored): the command line takes them, a file's key is the setting's
+#: (tests/test_config.py holds this equal to cli.py's flags and cli_aliases.OSWORLD_ALIASES)
+KEY_SYNONYMS = {
+    "num_workers": "num_rollouts", "provider": "provider_name", "max_steps": "max_turns",
+    "test_config_base_dir": "data", "test_all_meta_path": "osworld_index", "result_dir": "output_dir",
+    "num_envs": "num_rollouts",
+}
+
 
 #: how a setting a resume took from the run's config.json is said to come from (``RunConfig.sources``)
 RESUME_READS = "which --resume reads"
@@ -444,11 +453,13 @@ def typed_text(value: Any, python: bool = False) -> str:
 
 def closest_setting(name: str, names: Any) -> str | None:
     """The setting (of ``names``, underscored) that ``name`` (underscored) misspells or that
-    another tool calls so (``GATE_SYNONYMS``) or the one setting that holds each of its words
-    (``async_ratio``: async_generation_ratio), None when none is close."""
+    another tool or name calls so (``GATE_SYNONYMS``, ``KEY_SYNONYMS``) or the one setting
+    that holds each of its words (``async_ratio``: async_generation_ratio), None when none is close."""
     if name in GATE_SYNONYMS:
         return GATE_SYNONYMS[name]
     names, words = list(names), set(name.split("_"))
+    if KEY_SYNONYMS.get(name) in names:  # num_workers, max_steps: the command line's other names
+        return KEY_SYNONYMS[name]
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
     holding = [each for each in names if len(words) > 1 and words <= set(each.split("_"))]
     return close[0] if close else holding[0] if len(holding) == 1 else None
