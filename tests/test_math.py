@@ -45,7 +45,7 @@ EXTRACTION = {
     "Work...\n**Final answer:** 42.": ("42", "answer_line"),
     "The answer is 5.": ("5", "answer_line"),
     "Answer: $\\frac{1}{2}$.": ("\\frac{1}{2}", "answer_line"),
-    "Answer: $5$ or $6$": ("6", "answer_line"),
+    "Answer: $5$ or $6$": ("5, 6", "answer_line"),  # both named: its last alone was a hedge
     "Answer: the width is 12 cm": ("12", "answer_line"),
     "\\frac{1}{2}": ("\\frac{1}{2}", "formula"),
     "$(-\\infty, 2]$": ("(-\\infty, 2]", "formula"),

@@ -107,6 +107,14 @@ CASES = {
     "in-set": ("Where is $x$?", "[1, 3)", "\\boxed{x \\in [1, 3)}", 1.0),
     "abs-left-right": ("What is $|3|+|-4|$?", "7", "\\boxed{\\left|3\\right| + \\left|-4\\right|}", 1.0),
     "sum-dots": ("What is $1+2+\\dots+10$?", "55", "\\boxed{1 + 2 + \\dots + 10 = 55}", 1.0),
+    # an answer line that names numbers as alternatives names them all: "3 or 4" was its last, 4
+    "line-or": ("What is $2+2$?", "4", "Answer: 3 or 4", 0.0),
+    "line-either": ("What is $2+2$?", "4", "The answer is either 3 or 4.", 0.0),
+    "line-maybe": ("What is $2+2$?", "4", "Final answer: 3, maybe 4", 0.0),
+    "line-text-or": ("What is $2+2$?", "4", "The answer is $3 \\text{ or } 4$.", 0.0),
+    "line-or-both": ("Solve $(x-3)(x-4)=0$.", "3, 4", "Answer: 3 or 4", 1.0),
+    "line-sum": ("What is $3+4$?", "7", "Answer: the total is 3 + 4 = 7", 1.0),
+    "line-units": ("How wide is it?", "12", "Answer: the width is 12 cm", 1.0),
     # a decimal matches to six places, and to its size: 0.0 is not a tiny answer
     "tiny-zero": ("What is the chance of 30 heads in 30 tosses?", "\\frac{1}{1073741824}", "\\boxed{0.0}", 0.0),
     "tiny-off": ("What is $10^{-6}$?", "0.000001", "\\boxed{0.0000014}", 0.0),

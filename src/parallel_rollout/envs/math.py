@@ -6,6 +6,7 @@ takes one final answer out of it and grades it against the task's answer::
 
     reply ─► extract: the last \\boxed{…}/\\fbox{…} (nested braces; "\\boxed 5" too)
                     ─► else the last "Answer:" / "Final answer:" / "answer is" line
+                       (numbers it offers as alternatives, "3 or 4", are all its answer)
                     ─► else the whole reply when it is one short formula
                     ─► else the formula in $…$ (or \\(…\\)) that holds the last number
                     ─► else the last number in the reply
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import math
 import re
+from fractions import Fraction
 from typing import Any, Mapping
 
 from .base import Env, StepResult, reject_none, require
@@ -81,6 +83,8 @@ _WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
 #: words a bare formula may contain without being prose
 _FORMULA_WORDS = frozenset({"sqrt", "pi", "inf", "infty", "oo", "sin", "cos", "tan", "cot", "sec", "csc",
                             "log", "ln", "exp", "arcsin", "arccos", "arctan"})
+#: words that offer numbers as alternatives ("3 or 4", "either 3 or 4", "3, maybe 4")
+_ALTERNATIVES = re.compile(r"\b(?:or|either|nor|maybe|perhaps|possibly|probably|otherwise)\b", re.IGNORECASE)
 #: a percent sign, LaTeX's or plain
 _PERCENT = re.compile(r"\\?%")
 #: a percent spelt out (``25 \\text{ percent}``, ``25 pct``), which math-verify takes for a percent
@@ -169,9 +173,29 @@ def _is_formula(text: str) -> bool:
     return all(word.lower() in _FORMULA_WORDS for word in _WORD.findall(text))
 
 
+def _numbers(text: str) -> list[str]:
+    """The numbers written in ``text``, each as math-verify reads one (no spaces, no commas)."""
+    return [re.sub(r"\s+", "", number).replace(",", "") for number in _NUMBER.findall(text)]
+
+
 def _last_number(text: str) -> str | None:
-    numbers = _NUMBER.findall(text)
-    return re.sub(r"\s+", "", numbers[-1]).replace(",", "") if numbers else None
+    numbers = _numbers(text)
+    return numbers[-1] if numbers else None
+
+
+def _alternatives(fragment: str) -> str | None:
+    """The different numbers of a prose ``fragment`` that offers them as alternatives ("3 or 4",
+    "either", "3, maybe 4"), as a list: its last number alone (4) let a reply answer twice."""
+    if not _ALTERNATIVES.search(fragment):
+        return None
+    values: dict[Fraction | str, str] = {}
+    for number in _numbers(fragment):
+        numerator, _, denominator = number.partition("/")
+        try:
+            values.setdefault(Fraction(numerator) / Fraction(denominator or 1), number)
+        except ZeroDivisionError:  # 1/0: no value, but a number written
+            values.setdefault(number, number)
+    return ", ".join(values.values()) if len(values) > 1 else None
 
 
 def _formula_of_last_number(text: str) -> str | None:
@@ -222,7 +246,8 @@ def extract_answer(reply: str) -> tuple[str | None, str | None]:
         # "Answer: the width is 12 cm" — prose on the answer line: keep its number (or the
         # formula that holds it: "Answer: the probability is $\frac{1}{2}$")
         if not _is_formula(fragment) and _last_number(fragment) is not None:
-            return _formula_of_last_number(fragment) or _last_number(fragment), "answer_line"
+            found = _alternatives(fragment) or _formula_of_last_number(fragment) or _last_number(fragment)
+            return found, "answer_line"
         return fragment, "answer_line"
     whole = _unwrap(reply)
     if _is_formula(whole):
