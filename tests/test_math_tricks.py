@@ -97,6 +97,7 @@ CASES = {
     "right-dot": ("What is $2+2$?", "4", "\\boxed{3 \\right. 4}", 0.0),
     "evaluated": ("What is $2+2$?", "4", "\\boxed{\\left. 3 \\right| 4}", 0.0),
     "cases": ("What is $2+2$?", "4", "\\boxed{\\begin{cases} 3 \\\\ 4 \\end{cases}}", 0.0),
+    "substack": ("What is $2+2$?", "4", "\\boxed{\\substack{3 \\\\ 4}}", 0.0),
     "atop": ("What is $2+2$?", "4", "\\boxed{3 \\atop 4}", 0.0),
     "or-operator": ("What is $2+2$?", "4", "\\boxed{3 \\operatorname{or} 4}", 0.0),
     # ... and by any of the many symbols math-verify drops what comes before (3 \ll 4 was 4)
@@ -130,6 +131,8 @@ CASES = {
     "spaced-sum": ("What is $3+4$?", "7", "\\boxed{3\\;4}", 0.0),
     "quad-sum": ("What is $3+4$?", "7", "\\boxed{3\\quad 4}", 0.0),
     "hspace": ("What is $2+2$?", "4", "\\boxed{3\\hspace{1em}4}", 0.0),
+    "styles": ("What is $2+2$?", "4", "\\boxed{\\displaystyle 3 \\scriptstyle 4}", 0.0),
+    "style-right": ("What is $2+2$?", "4", "\\boxed{\\displaystyle 4}", 1.0),
     "spaced-list": ("Solve $(x-3)(x-4)=0$.", "3, 4", "\\boxed{3\\; 4}", 1.0),
     "thousands": ("How many?", "10000", "\\boxed{10\\,000}", 1.0),
 }

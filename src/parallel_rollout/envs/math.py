@@ -96,6 +96,8 @@ _SPACING = re.compile(r"(?<!\\)\\(?:[,:;> ]|quad|qquad|enspace|thinspace|medspac
                       r"|hspace\*?\s*\{[^{}]*\}|text\s*\{\s*\}|mbox\s*\{\s*\})|~")
 #: what LaTeX leaves invisible (``\\phantom{4}3`` shows 3; math-verify read 7)
 _PHANTOM = re.compile(r"\\[hv]?phantom\s*(?=\{)")
+#: a style switch, which shows nothing itself (``\\displaystyle 3 \\scriptstyle 4`` was 4)
+_STYLE = re.compile(r"\\(?:display|text|script|scriptscript)style(?![A-Za-z])")
 #: a problem that speaks of percent, whose answer may be a bare number of percent ("What percent …?")
 _SPEAKS_OF_PERCENT = re.compile(r"percent|%", re.IGNORECASE)
 
@@ -280,7 +282,9 @@ def _plain_numbers(answer: str, other: str) -> str:
 
 
 def _visible(answer: str) -> str:
-    """``answer`` without what ``\\phantom`` (``\\hphantom``, ``\\vphantom``) hides."""
+    """``answer`` without what ``\\phantom`` (``\\hphantom``, ``\\vphantom``) hides, nor its
+    style switches (``\\displaystyle``)."""
+    answer = _STYLE.sub(" ", answer)
     while (match := _PHANTOM.search(answer)) is not None:
         hidden = _braced(answer, match.end())
         if hidden is None:

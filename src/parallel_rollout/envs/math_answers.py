@@ -47,6 +47,8 @@ _NEAR = frozenset({"\\approx", "\\approxeq", "\\thickapprox", "\\sim", "\\simeq"
 #: a side that is a decimal written out, rounded to as many places as it has
 _DECIMAL = re.compile(r"\s*[+-]?\d*\.(\d+)\s*")
 _OPENS, _CLOSES = frozenset("{(["), frozenset("})]")
+#: rows stacked in one place (``\\substack{3 \\\\ 4}`` was 4): parted as rows are
+_SUBSTACK = re.compile(r"\\substack\s*\{")
 
 
 def misread(extracted: str, pred: list[Any]) -> tuple[str, Any] | None:
@@ -77,6 +79,7 @@ def _sides(extracted: str) -> tuple[list[str], set[str]]:
     side of (or adds up), ``\\begin``/``\\end`` of rows dropped; and the kinds of those parting
     it (``near``: ``\\approx`` and kin, ``bar``: a bar or an invisible delimiter, ``other``);
     ``[extracted]`` when it has none."""
+    extracted = _substacks_opened(extracted)
     depth, last, sides, kinds = 0, 0, [], set()
     cuts = {match.start(): match for match in _ONE_SIDED.finditer(extracted)}
     index = 0
@@ -98,6 +101,21 @@ def _sides(extracted: str) -> tuple[list[str], set[str]]:
         depth = max(depth - (char in _CLOSES), 0)
         index += 1
     return [_ROWS.sub(" ", side) for side in sides + [extracted[last:]]], kinds
+
+
+def _substacks_opened(text: str) -> str:
+    """``text`` with each ``\\substack{…}`` written as its rows (``\\substack{3 \\\\ 4}``: 3 \\\\ 4)."""
+    while (match := _SUBSTACK.search(text)) is not None:
+        depth = 0
+        for end in range(match.end() - 1, len(text)):
+            if text[end - 1] != "\\":
+                depth += {"{": 1, "}": -1}.get(text[end], 0)
+            if depth == 0:
+                break
+        else:
+            return text  # never closed
+        text = text[:match.start()] + text[match.end():end] + text[end + 1:]
+    return text
 
 
 def two_numbers(extracted: str, whole: Any) -> bool:
