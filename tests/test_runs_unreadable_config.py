@@ -96,3 +96,12 @@ def test_runs_list_of_a_run_folder_or_an_empty_one_says_so(tmp_path):
     assert as_json.exit_code == 0 and as_json.output == "", as_json.output  # no runs: no line
     listed = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(out)])
     assert listed.exit_code == 0 and listed.stdout.startswith("RUN ID") and "r1" in listed.stdout, listed.output
+
+
+def test_runs_list_given_the_folder_as_an_argument_says_the_flag(tmp_path):
+    """`runs list results` (report and compare take their runs so) said 'Got unexpected extra
+    argument (results)', not how the folder is given."""
+    result = CliRunner().invoke(main, ["runs", "list", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert f"runs list takes the folder of runs as --output-dir: --output-dir {tmp_path}" in result.output, \
+        result.output

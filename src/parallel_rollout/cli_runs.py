@@ -116,15 +116,20 @@ def runs() -> None:
     """The runs of an output folder."""
 
 
-@runs.command("list", cls=RunsCommand)
+@runs.command("list", cls=RunsCommand, context_settings={"allow_extra_args": True})
 @click.option("--output-dir", default=OUTPUT_DIR, show_default=True, help="The folder that holds the runs.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run instead of a table.")
-def runs_list(output_dir: str, as_json: bool) -> None:
+@click.pass_context
+def runs_list(ctx: click.Context, output_dir: str, as_json: bool) -> None:
     """Every run with its date, mode, samples, success rate (of the graded samples) and status (complete,
     ungraded, running, partial, interrupted, rl: an RL scheduler's folder, which has no total; unreadable)."""
     import json
 
     from .report.runs import format_runs, list_runs
+
+    if ctx.args:  # runs list results, as report and compare take their runs: click said 'unexpected extra argument'
+        raise click.UsageError(f"runs list takes the folder of runs as --output-dir: --output-dir {ctx.args[0]}"
+                               + (f" (and no other argument: {' '.join(ctx.args[1:])})" if ctx.args[1:] else ""), ctx)
 
     lines = list_runs(output_dir)
     if as_json:  # no runs: no line
