@@ -116,6 +116,16 @@ CASES = {
     "line-or-both": ("Solve $(x-3)(x-4)=0$.", "3, 4", "Answer: 3 or 4", 1.0),
     "line-sum": ("What is $3+4$?", "7", "Answer: the total is 3 + 4 = 7", 1.0),
     "line-units": ("How wide is it?", "12", "Answer: the width is 12 cm", 1.0),
+    # a symbol written in unicode is its LaTeX command: math-verify dropped what ≈, ∨, →, ∈, · and ≠ join
+    "unicode-approx": ("What is $2+1$?", "3", "\\boxed{3 ≈ 4}", 0.0),
+    "unicode-or": ("What is $2+2$?", "4", "\\boxed{3 ∨ 4}", 0.0),
+    "unicode-arrow": ("What is $2+2$?", "4", "\\boxed{3 → 4}", 0.0),
+    "unicode-in": ("What is $2+2$?", "4", "\\boxed{3 ∈ 4}", 0.0),
+    "unicode-neq": ("Solve $x+1=4$.", "3", "\\boxed{≠ 3}", 0.0),
+    "unicode-dot": ("What is $2+2$?", "4", "\\boxed{3 · 4}", 0.0),
+    "unicode-dot-right": ("What is $3 \\cdot 4$?", "12", "\\boxed{3 · 4}", 1.0),
+    "unicode-sqrt": ("What is $\\sqrt{9}$?", "3", "\\boxed{√9}", 1.0),
+    "unicode-times": ("What is $3 \\times 4$?", "12", "\\boxed{3×4}", 1.0),
     # a decimal matches to six places, and to its size: 0.0 is not a tiny answer
     "tiny-zero": ("What is the chance of 30 heads in 30 tosses?", "\\frac{1}{1073741824}", "\\boxed{0.0}", 0.0),
     "tiny-off": ("What is $10^{-6}$?", "0.000001", "\\boxed{0.0000014}", 0.0),

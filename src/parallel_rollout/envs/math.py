@@ -96,6 +96,17 @@ _SPACING = re.compile(r"(?<!\\)\\(?:[,:;> ]|quad|qquad|enspace|thinspace|medspac
                       r"|hspace\*?\s*\{[^{}]*\}|text\s*\{\s*\}|mbox\s*\{\s*\})|~")
 #: what LaTeX leaves invisible (``\\phantom{4}3`` shows 3; math-verify read 7)
 _PHANTOM = re.compile(r"\\[hv]?phantom\s*(?=\{)")
+#: math symbols written in unicode, as the LaTeX commands math-verify knows: it read ``3 · 4`` and
+#: ``3 ∨ 4`` as 4, ``3 ≈ 4`` as 3, ``≠ 3`` as 3 (it drops what it does not know)
+_SYMBOLS = {"≈": "\\approx", "∼": "\\sim", "≃": "\\simeq", "≅": "\\cong", "≡": "\\equiv", "≠": "\\neq",
+            "≤": "\\le", "≥": "\\ge", "∝": "\\propto", "∨": "\\vee", "∧": "\\wedge", "¬": "\\neg",
+            "→": "\\to", "←": "\\leftarrow", "↔": "\\leftrightarrow", "⇒": "\\Rightarrow", "⟹": "\\implies",
+            "⇐": "\\Leftarrow", "⇔": "\\iff", "⟺": "\\iff", "↦": "\\mapsto", "∈": "\\in", "∉": "\\notin",
+            "∋": "\\ni", "⊂": "\\subset", "⊆": "\\subseteq", "∪": "\\cup", "∩": "\\cap", "∖": "\\setminus",
+            "∣": "\\mid", "∀": "\\forall", "∃": "\\exists", "∴": "\\therefore", "∵": "\\because",
+            "…": "\\ldots", "⋯": "\\cdots", "·": "\\cdot", "⋅": "\\cdot", "∙": "\\cdot", "×": "\\times",
+            "÷": "\\div", "±": "\\pm", "∓": "\\mp", "√": "\\sqrt", "π": "\\pi", "∞": "\\infty", "−": "-"}
+_SYMBOL = re.compile("|".join(map(re.escape, _SYMBOLS)))
 #: a style switch, which shows nothing itself (``\\displaystyle 3 \\scriptstyle 4`` was 4)
 _STYLE = re.compile(r"\\(?:display|text|script|scriptscript)style(?![A-Za-z])")
 #: a problem that speaks of percent, whose answer may be a bare number of percent ("What percent …?")
@@ -265,7 +276,8 @@ def extract_answer(reply: str) -> tuple[str | None, str | None]:
 
 def _plain_numbers(answer: str, other: str) -> str:
     """``answer`` with its numbers written as math-verify reads them, beside the ``other``
-    answer it is compared with: a decimal point that closes a number dropped (``5.`` is 5,
+    answer it is compared with (and its unicode symbols as LaTeX's: ``3 · 4`` is 12, ``3 ∨ 4``
+    no 4): a decimal point that closes a number dropped (``5.`` is 5,
     math-verify cannot parse it), a thin space between its digits too (``10\\,000``), numbers
     parted by spaces alone as a list (``5 6`` is no 11), and
     its numbers in e-notation, whole or in a longer answer (``1e3``, ``2.5e-4``, ``2e5+1``;
@@ -273,6 +285,7 @@ def _plain_numbers(answer: str, other: str) -> str:
     reads as a power of ten (its small e is Euler's number: ``1e3`` was 3e, ``2e5+1`` 10e + 1,
     so 200001 was wrong and 10e + 1 right); one with a signed exponent stays as written where
     ``other`` holds Euler's number (``2e-1`` beside ``2e - 1`` stays 2e - 1)."""
+    answer = _SYMBOL.sub(lambda symbol: f" {_SYMBOLS[symbol[0]]} ", answer)
     answer = _SPACING.sub(" ", _THIN_SPACE.sub("", _CLOSING_POINT.sub("", _visible(answer))))
     if _SPACED_NUMBERS.fullmatch(answer.strip()):
         return ", ".join(answer.split())  # as many numbers as it writes, not their sum
