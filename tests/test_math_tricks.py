@@ -126,6 +126,11 @@ CASES = {
     "unicode-dot-right": ("What is $3 \\cdot 4$?", "12", "\\boxed{3 · 4}", 1.0),
     "unicode-sqrt": ("What is $\\sqrt{9}$?", "3", "\\boxed{√9}", 1.0),
     "unicode-times": ("What is $3 \\times 4$?", "12", "\\boxed{3×4}", 1.0),
+    # ... and so does a reply's last line, where no answer line or box is
+    "reply-or": ("What is $2+2$?", "4", "I think it is 3 or 4", 0.0),
+    "reply-formulas-or": ("What is $2+2$?", "4", "Adding them up, it is $3$ or $4$.", 0.0),
+    "reply-or-both": ("Solve $(x-3)(x-4)=0$.", "3, 4", "So x is 3 or 4", 1.0),
+    "reply-working": ("What is $2+2$?", "4", "Either 2 or 2 more, whichever:\n2 + 2 makes 4", 1.0),
     # a decimal matches to six places, and to its size: 0.0 is not a tiny answer
     "tiny-zero": ("What is the chance of 30 heads in 30 tosses?", "\\frac{1}{1073741824}", "\\boxed{0.0}", 0.0),
     "tiny-off": ("What is $10^{-6}$?", "0.000001", "\\boxed{0.0000014}", 0.0),

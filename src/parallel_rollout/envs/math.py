@@ -9,7 +9,8 @@ takes one final answer out of it and grades it against the task's answer::
                        (numbers it offers as alternatives, "3 or 4", are all its answer)
                     ─► else the whole reply when it is one short formula
                     ─► else the formula in $…$ (or \\(…\\)) that holds the last number
-                    ─► else the last number in the reply
+                    ─► else the last number in the reply (the numbers of its line, when
+                       that line offers them as alternatives)
           ─► grade:  math-verify parse(answer), parse(extracted), verify(gold, pred)
                      in a grader process with a deadline  ─► reward 1.0 / 0.0 + details
 
@@ -265,6 +266,11 @@ def extract_answer(reply: str) -> tuple[str | None, str | None]:
     whole = _unwrap(reply)
     if _is_formula(whole):
         return whole, "formula"
+    # the last line that holds a number, where it offers numbers as alternatives ("3 or 4")
+    last_line = next((line for line in reversed(reply.splitlines()) if _NUMBER.search(line)), "")
+    alternatives = _alternatives(last_line)
+    if alternatives is not None:
+        return alternatives, "last_number"
     formula = _formula_of_last_number(reply)
     if formula is not None:
         return formula, "last_formula"
