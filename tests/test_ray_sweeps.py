@@ -20,6 +20,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -389,3 +390,50 @@ def test_a_node_whose_ray_worker_starts_late_is_not_left_out_by_the_sweeps_cut_o
     why = "it never started its sweep of the run's leftovers: Ray had not started it 12s after it was sent"
     assert never["nodes_left_out"] == {node.node_id: why}, never
     assert f"node {node.node_id[:8]} is left out of the run: {why}" in runs["never"], runs["never"][-3000:]
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_while_a_node_s_first_sweep_hangs_stops_the_run_at_once(cluster, tmp_path, monkeypatch):
+    """Ctrl-C twice while a node's sweep at the run's start hangs: the run stops then (exit 130,
+    its summary and resume line), the node left out as its sweep had not ended. Before, the
+    start waited out the sweep's cut-off (120 s from its start) whatever the signals said
+    ("Ctrl-C again stops at once")."""
+    cl, _ = cluster
+    fifo = _stuck_sweep(tmp_path / "hung", "ctrlc")
+    monkeypatch.setenv(_ENV, str(tmp_path / "hung"))  # the node's raylet's, and its workers'
+    node = cl.add_node(**_NODE)
+    monkeypatch.delenv(_ENV)
+    proc = subprocess.Popen(_cli(tmp_path, cl.address, "ctrlc"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    writer = None
+    try:
+        writer = _hold_sweep(fifo, timeout=120)  # the sweep reads it: the run's start waits on it
+        proc.send_signal(signal.SIGINT)
+        # the second once the first is handled (two before it are one to Python's handler)
+        deadline = time.monotonic() + 30
+        while not any("signal 2: stopping" in line for line in lines) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            reader.join(10)
+            raise AssertionError("".join(lines)[-3000:]) from None
+        reader.join(10)
+        stderr = "".join(lines)
+    finally:
+        if writer is not None:
+            os.close(writer)
+        cl.remove_node(node, allow_graceful=False)
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "interrupted by signal 2; resume with:" in stderr and "Traceback" not in stderr, stderr[-3000:]
+    summary = json.loads((tmp_path / "ctrlc" / "summary.json").read_text())
+    assert summary["interrupted"] and summary["finished"] == 0, summary
+    assert summary["ray"]["nodes_left_out"] == {
+        node.node_id: "its sweep of the run's leftovers had not ended when the run ended"}, summary["ray"]

@@ -361,16 +361,22 @@ class Sweeps:
         return ("it never started its sweep of the run's leftovers: Ray had not started it "
                 f"{SWEEP_START_S:.0f}s after it was sent")
 
-    def first(self, nodes: list[str], head: HeadWatch) -> tuple[list[str], dict[str, str]] | None:
+    def first(self, nodes: list[str], head: HeadWatch,
+              stopped: Callable[[], bool] = lambda: False) -> tuple[list[str], dict[str, str]] | None:
         """Sweep ``nodes`` at the run's start and wait for them: the nodes swept and those left
         out, with why; None once the cluster's head has not answered for HEAD_LOST_S (a ``ray.get``
-        waited until Ray ended the driver, 60 s, without the run's summary)."""
+        waited until Ray ended the driver, 60 s, without the run's summary). Once ``stopped()``
+        (the run stopped at once: a second Ctrl-C) the sweeps under way are cancelled, their
+        nodes left out (``cancel``), and no more waited for."""
         import ray
 
         swept, failed = [], {}
         for node_id in nodes:
             self.start(node_id)
         while self.pending:
+            if stopped():
+                self.cancel()
+                break
             ray.wait(self.refs(), num_returns=len(self.pending), timeout=1.0)
             done, left_out = self.settle()
             swept, failed = swept + done, {**failed, **left_out}
