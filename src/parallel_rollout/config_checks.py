@@ -140,9 +140,10 @@ def set_where(name: str, value: Any, source: str) -> str:
 RESERVED_REQUEST_FIELDS = frozenset({"model", "messages", "stream", "n"})
 
 
-def parse_sampling(value: Any) -> dict[str, Any]:
+def parse_sampling(value: Any, said: str = "--sampling") -> dict[str, Any]:
     """``--sampling`` as a dict: KEY=VALUE strings (VALUE parsed as JSON when it parses,
-    else kept as a string), or a mapping as it is; ConfigError naming a bad item."""
+    else kept as a string), or a mapping as it is; ConfigError naming a bad item, and the
+    setting as ``said`` (a scheduler's ``sampling`` keyword is no flag)."""
     if isinstance(value, dict):
         items = dict(value)
     else:
@@ -157,7 +158,7 @@ def parse_sampling(value: Any) -> dict[str, Any]:
                 items[key.strip()] = raw
     reserved = sorted(RESERVED_REQUEST_FIELDS & set(items))
     if reserved:
-        raise ConfigError(f"--sampling cannot set {', '.join(reserved)}: the agent sends it itself")
+        raise ConfigError(f"{said} cannot set {', '.join(reserved)}: the agent sends it itself")
     return items
 
 
@@ -168,7 +169,7 @@ def check_sampling(value: Any, where: str = "sampling") -> dict[str, Any]:
         return {}
     if not isinstance(value, dict):
         raise ConfigError(f"{where} must be a dict of request fields, e.g. {{'temperature': 0}}, got {value!r}")
-    items = parse_sampling(value)
+    items = parse_sampling(value, where)
     temperature = items.get("temperature")
     if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
                                     or not 0 <= temperature <= 2):

@@ -428,3 +428,17 @@ def test_a_ctrl_c_as_get_batch_hands_its_groups_to_the_engine_loses_no_member(en
     finally:
         train.close()
         switch.policy = switch.default
+
+
+@pytest.mark.parametrize("field", ["stream", "n", "messages"])
+def test_a_sampling_field_the_agent_sends_is_refused_in_the_schedulers_words(engine, field):
+    """RolloutScheduler(sampling={"stream": False}) and a sibling's sampling= said "--sampling
+    cannot set stream", the flag of a batch run, to a trainer that gave a keyword."""
+    base, _, _ = engine
+    config = EnvManagerConfig(num_env_groups=1, group_size=1, tags=["FrozenLake"])
+    with pytest.raises(ConfigError) as caught:
+        base.sibling(config, name=f"sampling-{field}", sampling={field: 1})
+    assert str(caught.value) == f"sampling cannot set {field}: the agent sends it itself"
+    with pytest.raises(ConfigError) as caught:
+        RolloutScheduler(base.run_config, config, sampling={"temperature": 0, field: 1})
+    assert str(caught.value) == f"sampling cannot set {field}: the agent sends it itself"
