@@ -416,3 +416,26 @@ def test_a_local_resume_says_an_earlier_ray_sessions_left_out_node_once_as_earli
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     said = [line for line in resumed.stdout.splitlines() if "Ray node" in line]
     assert said == [f"Ray node bbbbbbbb left out of the run: {why} (an earlier session)"], resumed.stdout
+
+
+def test_a_ray_without_the_printer_of_cluster_errors_leaves_its_printing_alone(monkeypatch):
+    """The run logs Ray's cluster errors at DEBUG by taking over ``print_to_stdstream`` of
+    ray._private.worker (1307205b); a Ray without that function starts the run all the same,
+    its printing left as it is, and a second connect does not wrap the printer twice."""
+    pytest.importorskip("ray")
+    from ray._private import worker
+
+    from parallel_rollout.backends import ray_cluster as backend
+
+    monkeypatch.delattr(worker, "print_to_stdstream")
+    backend._cluster_errors_logged()  # no AttributeError
+    assert not hasattr(worker, "print_to_stdstream")
+    monkeypatch.undo()
+
+    printed = []
+    monkeypatch.setattr(worker, "print_to_stdstream", lambda data, ignore_prefix: printed.append(data))
+    backend._cluster_errors_logged()
+    backend._cluster_errors_logged()
+    worker.print_to_stdstream({"pid": "raylet", "lines": ["Raylet is terminated"]}, False)
+    worker.print_to_stdstream({"pid": 123, "lines": ["a worker's line"]}, False)
+    assert printed == [{"pid": 123, "lines": ["a worker's line"]}]

@@ -151,9 +151,9 @@ def _cluster_errors_logged() -> None:
     ``pid`` ``raylet``; the workers' logs (``log_to_driver``, off) do not go through it."""
     from ray._private import worker
 
-    printer = worker.print_to_stdstream
-    if getattr(printer, "logged_instead", False):
-        return
+    printer = getattr(worker, "print_to_stdstream", None)
+    if printer is None or getattr(printer, "logged_instead", False):
+        return  # another Ray than the one this was written for: its printing is left as it is
 
     def to_log(data: dict[str, Any], ignore_prefix: bool) -> None:
         if data.get("pid") != "raylet":
