@@ -166,16 +166,19 @@ def encode_record(record: dict[str, Any]) -> bytes:
         raise ValueError(str(exc)) from exc
 
 
-def read_records(path: str | Path) -> list[dict[str, Any]]:
+def read_records(path: str | Path, say_torn: bool = True) -> list[dict[str, Any]]:
     """Every complete record of a results.jsonl (a torn last line is skipped, with a
-    warning; a whole record that only lacks its newline is not); a line that is no record
-    (``records.record_of``) is a StorageError naming the file and the line."""
+    warning unless not ``say_torn``: a reader of a run going on meets a write in progress;
+    a whole record that only lacks its newline is not skipped: a resume takes it as done,
+    so every reader counts it); a line that is no record (``records.record_of``) is a
+    StorageError naming the file and the line."""
     records = []
     with open(path, "rb") as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.endswith(b"\n") and not _whole_record(line):
-                log.warning("%s:%d: skipped a torn last line (%d bytes, from an interrupted "
-                            "write)", path, lineno, len(line))
+                if say_torn:
+                    log.warning("%s:%d: skipped a torn last line (%d bytes, from an interrupted "
+                                "write)", path, lineno, len(line))
             elif line.strip():
                 try:
                     records.append(record_of(line))

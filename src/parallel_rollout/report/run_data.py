@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..records import record_of, sample_ends
+from ..records import sample_ends
+from ..results import StorageError, read_records
 
 log = logging.getLogger(__name__)
 
@@ -71,19 +72,13 @@ def read_events(path: Path) -> list[dict[str, Any]]:
 
 
 def _read_results(path: Path) -> list[dict[str, Any]]:
-    """Every complete record of a results.jsonl (a torn last line, a write in progress, is
-    skipped); a corrupted line is a ConfigError naming ``file:line``."""
-    records = []
-    with open(path, "rb") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.endswith(b"\n") or not line.strip():
-                continue
-            try:
-                records.append(record_of(line))
-            except ValueError as exc:
-                # a run all the same (not NotARunFolder): the line is what to fix
-                raise ConfigError(f"{path}:{lineno}: corrupted record: {exc}; fix or remove that line") from None
-    return records
+    """Every complete record of a results.jsonl, as a resume reads it (``results.read_records``:
+    a torn last line, a write in progress, is skipped; a whole last record without its
+    newline counts); a corrupted line is a ConfigError naming ``file:line``."""
+    try:
+        return read_records(path, say_torn=False)
+    except StorageError as exc:  # a run all the same (not NotARunFolder): the line is what to fix
+        raise ConfigError(str(exc)) from None
 
 
 def results_stamp(run_dir: Path) -> dict[str, int] | None:

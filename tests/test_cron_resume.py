@@ -1,0 +1,35 @@
+"""A cron job's runs read back: what ``--resume`` takes as done is what ``runs list``,
+``report`` and ``compare`` count, and ``compare`` of a run with itself is said."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from click.testing import CliRunner
+
+from parallel_rollout.cli import main
+from test_run_folder_cli import cli, finished_run  # noqa: F401 (a fixture)
+
+
+def test_a_last_record_without_its_newline_counts_everywhere_as_resume_counts_it(tmp_path, finished_run):
+    """A whole last record that lost its newline (a write cut after its last byte, an
+    editor) is final for --resume, which runs nothing; runs list, report and compare
+    counted 2 of 3 samples (partial) and compare called the run an unfinished baseline."""
+    run_dir = tmp_path / "out" / "r"
+    results = run_dir / "results.jsonl"
+    results.write_bytes(results.read_bytes().rstrip(b"\n"))
+
+    listed = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(tmp_path / "out"), "--json"])
+    assert listed.exit_code == 0, listed.output
+    line = json.loads(listed.stdout.splitlines()[0])
+    assert (line["finished"], line["total"], line["status"]) == (3, 3, "complete")
+
+    shutil.copytree(run_dir, tmp_path / "out" / "copy")  # its baseline in a nightly compare
+    compared = CliRunner().invoke(main, ["compare", str(run_dir), str(tmp_path / "out" / "copy"), "--check"])
+    assert compared.exit_code == 0, compared.output
+    assert "unfinished" not in compared.output
+
+    resumed = cli(tmp_path, finished_run, "--resume")
+    assert resumed.exit_code == 0, (resumed.output, resumed.exception)
+    assert "3 already final, 0 to run" in resumed.stderr
