@@ -86,6 +86,7 @@ def test_run_toml_tables_reach_the_request_body(tmp_path, llm_server):
 @pytest.mark.parametrize("bad, says", [
     (["--sampling", "top_p"], "KEY=VALUE"),
     (["--sampling", "model=x"], "cannot set model"),
+    (["--sampling", "max_new_tokens=64"], "--sampling: max_new_tokens is not read by an OpenAI-compatible server"),
     (["--temperature", "0.5", "--sampling", "temperature=0.1"], "--temperature and --sampling"),
 ])
 def test_bad_sampling_is_a_usage_error(tmp_path, bad, says):

@@ -138,6 +138,8 @@ def set_where(name: str, value: Any, source: str) -> str:
 
 #: request fields --sampling and extra_body may not set: the agent sends them itself
 RESERVED_REQUEST_FIELDS = frozenset({"model", "messages", "stream", "n"})
+#: fields of ROLL's generating_args (Hugging Face's) an OpenAI-compatible server ignores -> the one meant
+IGNORED_REQUEST_FIELDS = {"max_new_tokens": "max_tokens"}
 
 
 def parse_sampling(value: Any, said: str = "--sampling") -> dict[str, Any]:
@@ -159,6 +161,9 @@ def parse_sampling(value: Any, said: str = "--sampling") -> dict[str, Any]:
     reserved = sorted(RESERVED_REQUEST_FIELDS & set(items))
     if reserved:
         raise ConfigError(f"{said} cannot set {', '.join(reserved)}: the agent sends it itself")
+    for name in IGNORED_REQUEST_FIELDS.keys() & items.keys():
+        raise ConfigError(f"{said}: {name} is not read by an OpenAI-compatible server (vLLM and SGLang ignore "
+                          f"it, and the reply runs to their own limit): give {IGNORED_REQUEST_FIELDS[name]}")
     return items
 
 

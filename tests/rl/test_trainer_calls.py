@@ -442,3 +442,16 @@ def test_a_sampling_field_the_agent_sends_is_refused_in_the_schedulers_words(eng
     with pytest.raises(ConfigError) as caught:
         RolloutScheduler(base.run_config, config, sampling={"temperature": 0, field: 1})
     assert str(caught.value) == f"sampling cannot set {field}: the agent sends it itself"
+
+
+def test_a_sampling_max_new_tokens_is_refused_naming_max_tokens(engine):
+    """ROLL's generating_args (and Hugging Face's generate) bound a reply by max_new_tokens; an
+    OpenAI-compatible server reads max_tokens and ignores a field it does not know (vLLM logs
+    it, SGLang says nothing): a trainer's sampling={"max_new_tokens": 64} went into every
+    request body and every reply ran to the server's own limit."""
+    base, _, _ = engine
+    config = EnvManagerConfig(num_env_groups=1, group_size=1, tags=["FrozenLake"])
+    with pytest.raises(ConfigError) as caught:
+        base.sibling(config, name="sampling-max-new-tokens", sampling={"temperature": 0, "max_new_tokens": 64})
+    assert str(caught.value) == ("sampling: max_new_tokens is not read by an OpenAI-compatible server (vLLM and "
+                                 "SGLang ignore it, and the reply runs to their own limit): give max_tokens")
