@@ -131,6 +131,11 @@ CASES = {
     "reply-formulas-or": ("What is $2+2$?", "4", "Adding them up, it is $3$ or $4$.", 0.0),
     "reply-or-both": ("Solve $(x-3)(x-4)=0$.", "3, 4", "So x is 3 or 4", 1.0),
     "reply-working": ("What is $2+2$?", "4", "Either 2 or 2 more, whichever:\n2 + 2 makes 4", 1.0),
+    # a number before a bracket multiplies it: math-verify added 3(4) up (7)
+    "bracket-sum": ("What is $3+4$?", "7", "\\boxed{3(4)}", 0.0),
+    "bracket-product": ("What is $3 \\cdot 4$?", "12", "\\boxed{3(4)}", 1.0),
+    "bracket-left-right": ("What is $3 \\cdot 4$?", "12", "\\boxed{3 \\left(4\\right)}", 1.0),
+    "bracket-expression": ("Expand $2(x+1)$.", "2x+2", "\\boxed{2(x+1)}", 1.0),
     # a decimal matches to six places, and to its size: 0.0 is not a tiny answer
     "tiny-zero": ("What is the chance of 30 heads in 30 tosses?", "\\frac{1}{1073741824}", "\\boxed{0.0}", 0.0),
     "tiny-off": ("What is $10^{-6}$?", "0.000001", "\\boxed{0.0000014}", 0.0),

@@ -73,6 +73,8 @@ _CLOSING_POINT = re.compile(r"(?<=\d)\.(?=\s*(?:$|[,;)\]}%]|\\[}%)\]]|\\right))"
 #: a thin space that parts a number's digits in threes (``10\\,000``, as MATH's answers write
 #: it): math-verify read it as a product, 10*0
 _THIN_SPACE = re.compile(r"(?<=\d)\\,(?=\d{3}(?!\d))")
+#: a number right before a bracket, which multiplies it (``3(4)`` is 12; math-verify read 7)
+_TIMES_BRACKET = re.compile(r"(?<=\d)\s*(?=\(|\\left\s*\()")
 #: numbers with nothing but spaces between them (``5 6``): math-verify added them up (11)
 _SPACED_NUMBERS = re.compile(r"[+-]?\d+(?:\.\d+)?(?:\s+\d+(?:\.\d+)?)+")
 #: a number in e-notation, alone or in a longer answer (``2e5+1``, ``\\frac{2e5}{2}``): its
@@ -293,6 +295,7 @@ def _plain_numbers(answer: str, other: str) -> str:
     ``other`` holds Euler's number (``2e-1`` beside ``2e - 1`` stays 2e - 1)."""
     answer = _SYMBOL.sub(lambda symbol: f" {_SYMBOLS[symbol[0]]} ", answer)
     answer = _SPACING.sub(" ", _THIN_SPACE.sub("", _CLOSING_POINT.sub("", _visible(answer))))
+    answer = _TIMES_BRACKET.sub(" \\\\cdot ", answer)
     if _SPACED_NUMBERS.fullmatch(answer.strip()):
         return ", ".join(answer.split())  # as many numbers as it writes, not their sum
     euler = _EULER.search(re.sub(r"\\[A-Za-z]+", "", _E_NUMBER.sub("", other)))
