@@ -198,3 +198,27 @@ def test_skip_unsupported_runs_the_rest_and_scores_over_the_whole_set(tmp_path):
     assert finals["skipped#0"]["status"] == "unsupported"
     summary = json.loads((out / "r" / "summary.json").read_text())
     assert summary["success_rate"] == 0.5
+
+
+@needs_set
+def test_a_task_the_index_lists_twice_is_refused_naming_the_index_and_its_lines(tmp_path):
+    """An index of one's own made by joining two (test_small.json's os tasks and a few more)
+    can list a task twice: OSWorld's run.py runs it twice into one result folder. The refusal
+    said 'examples/os/ID.json:1: duplicate task id ID (first at examples/os/ID.json:1)', the task
+    file twice and nothing of the index that lists it; it names the index, the domains and lines."""
+    first, second = index_of("test_all.json")["os"][:2]
+    index = tmp_path / "mine.json"
+    index.write_text(json.dumps({"os": [first, second, first]}, indent=1))
+    result = cli("--data", str(EXAMPLES), "--osworld-index", str(index), "--dry-run", *MODEL_AGENT)
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert "duplicate task id" not in said, said
+    assert (f"{index}:5: task {first!r} is listed twice, in domain 'os' (line 3) and again in domain 'os': "
+            "OSWorld keys an example's result folder on its id; list it once") in said, said
+    # one listed in two domains: each domain's file is read, the task is named once
+    index.write_text(json.dumps({"os": [first], "chrome": [first]}))
+    result = cli("--data", str(EXAMPLES), "--osworld-index", str(index), "--dry-run", *MODEL_AGENT)
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert (f"{index}:1: task {first!r} is listed twice, in domain 'chrome' (line 1) and again in domain 'os'"
+            in said), said

@@ -21,6 +21,7 @@ from __future__ import annotations
 import difflib
 import glob
 import json
+import re
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -200,8 +201,15 @@ def folder_records(folder: Path, domain: str, index: str = DEFAULT_INDEX,
     one, or ``all``. A task file that is missing or no JSON is yielded as its TaskFileError,
     so the load goes on and names every one. ``data_said``: the words of what named the folder."""
     folder, index_path, selected = _selected(folder, domain, index, data_said)
+    listed: dict[str, str] = {}  # task id -> the domain that listed it first
     for name, task_id in selected:
         task_path = folder / "examples" / name / f"{task_id}.json"
+        if task_id in listed:
+            # not the task file's "duplicate task id": the index lists it twice, and OSWorld's
+            # run.py would run it twice into one result folder
+            yield f"{index_path}:1", TaskFileError(_listed_twice(index_path, task_id, listed[task_id], name)), name
+            continue
+        listed[task_id] = name
         try:
             raw = parse_json(_json_text(task_path, "task file"), task_path, 1)
         except FileNotFoundError:
@@ -217,6 +225,16 @@ def folder_records(folder: Path, domain: str, index: str = DEFAULT_INDEX,
         if isinstance(raw, dict) and isinstance(raw.get("tags", []), list) and name not in raw.get("tags", []):
             raw["tags"] = [*raw.get("tags", []), name]  # per-domain numbers in the summary
         yield f"{task_path}:1", raw, name
+
+
+def _listed_twice(index_path: Path, task_id: str, first: str, again: str) -> str:
+    """The refusal of a task an index lists twice, with the lines of its first two listings."""
+    text = index_path.read_text(encoding="utf-8", errors="replace")
+    quoted = json.dumps(task_id)
+    starts = [found.start() for found in re.finditer(re.escape(quoted), text)][:2]
+    lines = [1 + text[:start].count("\n") for start in starts] or [1]
+    return (f"{index_path}:{lines[-1]}: task {task_id!r} is listed twice, in domain {first!r} (line {lines[0]}) and "
+            f"again in domain {again!r}: OSWorld keys an example's result folder on its id; list it once")
 
 
 def task_files(folder: Path, domain: str = "all", index: str = DEFAULT_INDEX) -> tuple[Path, list[Path]]:
