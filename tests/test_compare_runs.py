@@ -227,6 +227,7 @@ def test_report_and_compare_make_missing_folders_and_name_a_path_they_cannot_wri
     compare --check, whose verdict stands."""
     assert real_run(tmp_path, "a", [shell_task("a")]).exit_code == 0
     run_dir = tmp_path / "out" / "a"
+    copy = shutil.copytree(run_dir, tmp_path / "out" / "b")  # a run compared with itself is refused
     made = CliRunner().invoke(main, ["report", str(run_dir), "-o", str(tmp_path / "nodir" / "deeper" / "r.html")])
     assert made.exit_code == 0, made.output
     assert (tmp_path / "nodir" / "deeper" / "r.html").read_text().startswith("<!DOCTYPE html>")
@@ -234,7 +235,7 @@ def test_report_and_compare_make_missing_folders_and_name_a_path_they_cannot_wri
     shown = {}
     for argv, path in ((["report", str(run_dir), "-o", str(tmp_path / "afile" / "r.html")],
                         tmp_path / "afile" / "r.html"),
-                       (["compare", str(run_dir), str(run_dir), "--html", "/proc/pr-x.html"], "/proc/pr-x.")):
+                       (["compare", str(run_dir), str(copy), "--html", "/proc/pr-x.html"], "/proc/pr-x.")):
         result = CliRunner().invoke(main, argv)
         assert result.exit_code == 2, result.output
         assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
@@ -245,7 +246,7 @@ def test_report_and_compare_make_missing_folders_and_name_a_path_they_cannot_wri
     assert not list(tmp_path.glob("afile*.tmp"))
     # with --check the verdict is the answer (as run --compare-to's): said, and the exit is its
     # own, not a usage error that a nightly job cannot tell from a wrong flag
-    checked = CliRunner().invoke(main, ["compare", str(run_dir), str(run_dir), "--html", "/proc/pr-x.html", "--check"])
+    checked = CliRunner().invoke(main, ["compare", str(run_dir), str(copy), "--html", "/proc/pr-x.html", "--check"])
     assert checked.exit_code == 0, checked.output
     said = " ".join(checked.output.split())
     assert "cannot write /proc/pr-x." in said and "the verdict stands" in said and "success rate:" in said

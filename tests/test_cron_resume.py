@@ -33,3 +33,15 @@ def test_a_last_record_without_its_newline_counts_everywhere_as_resume_counts_it
     resumed = cli(tmp_path, finished_run, "--resume")
     assert resumed.exit_code == 0, (resumed.output, resumed.exception)
     assert "3 already final, 0 to run" in resumed.stderr
+
+
+def test_compare_of_a_run_with_itself_is_refused_and_writes_nothing(tmp_path, finished_run):
+    """compare r r (or a run id and its folder) compared the run with itself without a word,
+    exit 0, and wrote compare-r.* into it; run --compare-to its own run id is refused so."""
+    run_dir = tmp_path / "out" / "r"
+    before = sorted(p.name for p in run_dir.iterdir())
+    for a, b in (("r", "r"), ("r", str(run_dir)), (str(run_dir) + "/", "r")):
+        result = CliRunner().invoke(main, ["compare", a, b, "--output-dir", str(tmp_path / "out"), "--check"])
+        assert result.exit_code == 2, (a, b, result.output)
+        assert f"compares the run {run_dir} with itself" in " ".join(result.output.split())
+    assert sorted(p.name for p in run_dir.iterdir()) == before

@@ -65,7 +65,8 @@ def test_files_that_are_no_task_of_the_run_never_block_its_resume(tmp_path):
         assert again.returncode == 0, again.stderr
     made = json.loads((folder / "results" / "a" / "config.json").read_text())["provenance"]["data"][0]
     assert sorted(made["file_sha256"]) == sorted(["mine.json", *(f"examples/os/{i}.json" for i in ids)])
-    compared = run_in(folder, "compare", "a", "a")
+    shutil.copytree(folder / "results" / "a", folder / "results" / "a-copy")  # not itself: refused
+    compared = run_in(folder, "compare", "a", "a-copy")
     assert compared.returncode == 0 and "task files differ" not in compared.stdout + compared.stderr
 
     task = folder / "examples" / "os" / f"{ids[1]}.json"

@@ -270,7 +270,8 @@ def test_rollout_times_leave_out_the_attempts_that_never_got_a_vm(tmp_path, monk
     rollout = json.loads((tmp_path / "out" / "r" / "summary.json").read_text())["timing_s"]["rollout"]
     assert rollout["count"] == len(ran) and f"p50 {charts.fmt_s(rollout['p50'])}" in section, (rollout, section)
     assert f"rollout time p50 {rollout['p50']}s p90 {rollout['p90']}s" in done.output, done.output
-    compared = CliRunner().invoke(main, ["compare", "r", "r", "--output-dir", str(tmp_path / "out")])
+    shutil.copytree(tmp_path / "out" / "r", tmp_path / "out" / "r-copy")  # not itself: refused
+    compared = CliRunner().invoke(main, ["compare", "r", "r-copy", "--output-dir", str(tmp_path / "out")])
     assert f"rollout time p50: {rollout['p50']}s -> {rollout['p50']}s" in compared.output, compared.output
 
 

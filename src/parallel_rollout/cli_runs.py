@@ -9,6 +9,7 @@ group in cli.py adds them beside ``run``, ``image`` and ``vms``.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -80,6 +81,10 @@ def compare_cmd(run_a: str, run_b: str, output_dir: str, html_path: str | None, 
 
     # B first: a mistyped B is a usage error (exit 2), not hidden behind a missing A's "no verdict"
     candidate = resolve_run(run_b, output_dir)
+    if _same_run(run_a, candidate, output_dir):  # a slip (a date or run id typed twice): its verdict is no verdict
+        RunData.load(candidate, with_events=False)  # a folder that is no run, a corrupted line: said first
+        raise ConfigError(f"compare {run_a} {run_b} compares the run {candidate} with itself: give the "
+                          "baseline run as A (as run --compare-to refuses its own run id)")
     try:
         baseline = RunData.load(resolve_run(run_a, output_dir), with_events=False)
     except ConfigError as exc:
@@ -109,6 +114,17 @@ def compare_cmd(run_a: str, run_b: str, output_dir: str, html_path: str | None, 
         sys.exit(EXIT_NO_VERDICT)
     if check and comparison.regressed:
         sys.exit(EXIT_REGRESSION)
+
+
+def _same_run(run_a: str, candidate: Path, output_dir: str) -> bool:
+    """Whether ``run_a`` names the run folder ``candidate`` (by another spelling too: its
+    run id and its path); False when it names none."""
+    from .report.run_data import resolve_run
+
+    try:
+        return resolve_run(run_a, output_dir).resolve() == candidate.resolve()
+    except ConfigError:
+        return False
 
 
 @click.group()
