@@ -41,7 +41,7 @@ LAYERS: list[list[str]] = [
     ["__init__.py", "cli.py", "__main__.py", "cli_options.py", "cli_aliases.py", "cli_runs.py", "cli_tools.py", "preflight.py",
      "api.py"],
     ["runner.py", "run_end.py", "run_folder.py", "rl/", "call_spelling.py", "honoured.py"],
-    ["engine.py", "engine_cancels.py", "doorbell.py"],
+    ["engine.py", "engine_cancels.py", "engine_stops.py", "doorbell.py"],
     ["backends/"],
     ["worker.py", "attempt_vms.py"],
     ["pool/", "envs/", "agents/"],

@@ -73,6 +73,7 @@ from typing import Any, Callable, Iterable
 from .config import RunConfig
 from .doorbell import Doorbell
 from .engine_cancels import EngineCancels
+from .engine_stops import EngineStops
 from .envs import get_env, run_answer_files
 from .logs import reworded
 from .errors import (AgentNotMade, ConfigError, GuestPrerequisiteMissing, PoolClosed, PoolExhausted,
@@ -119,9 +120,9 @@ class _Stats:
     cancelled: int = 0
 
 
-class Engine(EngineCancels):
+class Engine(EngineCancels, EngineStops):
     """Long-lived: the pool, the workers, dispatch, deaths, timeouts, retries, shutdown
-    (cancels: ``engine_cancels.EngineCancels``)."""
+    (cancels: ``engine_cancels.EngineCancels``; stop signals: ``engine_stops.EngineStops``)."""
 
     def __init__(self, config: RunConfig, run_dir: str | Path, *, run_id: str | None = None,
                  modes: Iterable[str] | None = None, record_sink: Callable[[dict[str, Any]], None] | None = None,
@@ -176,7 +177,6 @@ class Engine(EngineCancels):
         self._closing = False
         self._closed = False
         self._interrupted = False  # a close() a Ctrl-C cut short
-        self._grace_cut = False  # a second stop signal: a close() waits for no attempt
         self._close_lock = threading.RLock()  # one close() at a time (a thread's own may nest)
         self._thread: threading.Thread | None = None
         #: the engine thread's doorbell (a non-blocking pipe): one byte for any number of submits
@@ -485,14 +485,3 @@ class Engine(EngineCancels):
     def closing(self) -> bool:
         """True once close() began or the engine stopped on an error: no respawns, no dispatch."""
         return self._closing or self.error is not None
-
-    def cut_grace(self) -> None:
-        """Stop at once: a close() under way, or to come, kills the workers and their attempts
-        without waiting out its grace, then stops the VMs as ever. Safe in a signal handler:
-        it sets a flag the shutdown reads (every tick), no record is cut half written."""
-        self._grace_cut = True
-
-    @property
-    def grace_cut(self) -> bool:
-        """True once ``cut_grace`` was called."""
-        return self._grace_cut
