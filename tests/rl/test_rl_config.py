@@ -228,3 +228,18 @@ def test_numpy_numbers_in_the_run_config_are_taken_as_run_takes_them(tmp_path, t
     assert type(train.stats()["concurrency"]) is int and json.loads(json.dumps(train.stats()))["concurrency"] == 2
     with pytest.raises(ConfigError, match="num_rollouts must be at least 1"):
         schedulers(rl_config(tmp_path, server, num_rollouts=np.int64(0)), EnvManagerConfig(tags=["FrozenLake"]))
+
+
+@pytest.mark.parametrize("tag, meant", [("FrozenLak", "FrozenLake"), ("frozenlake", "FrozenLake"),
+                                        ("SimpleSokoban8", "SimpleSokoban"), ("lake", "lakes")])
+def test_a_misspelt_tag_names_the_tag_meant(tmp_path, table, tag, meant):
+    """RolloutScheduler(..., EnvManagerConfig(tags=["FrozenLak"])) listed every known tag and
+    named none: a misspelt tag says the one meant, as a misspelt field does."""
+    from rl_support import lake_set, rl_config
+    from parallel_rollout.rl import RolloutScheduler
+
+    _, server = table
+    config = EnvManagerConfig(tags=[tag], task_sets=lake_set(tmp_path, name="lakes"))
+    with pytest.raises(ConfigError, match=rf"unknown tag '{tag}' \(did you mean '{meant}'\?\)"):
+        RolloutScheduler(rl_config(tmp_path, server), config)
+    assert not (tmp_path / "out").exists()

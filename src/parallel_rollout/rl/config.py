@@ -24,6 +24,7 @@ RunConfig's fields, not the CLI's flags (``said_of``).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import numbers
 import operator
@@ -157,8 +158,10 @@ def resolve_task_set(tag: str, config: EnvManagerConfig, run_mode: str, run_data
                               f"{_builtin_tags(tag)}, or give RunConfig(mode={tag!r}, data=...)")
         return TaskSet(tag, run_data)
     known = sorted(set(config.task_sets) | set(BUILTIN_TASK_SETS) | set(mode_names()))
-    raise ConfigError(f"unknown tag {tag!r}: define it in EnvManagerConfig.task_sets (or a [task_sets.{tag}] "
-                      f"table of a TOML file); known: {', '.join(known)}")
+    meant = {name.lower(): name for name in known}  # FrozenLak, frozenlake: FrozenLake
+    close = difflib.get_close_matches(str(tag).lower(), list(meant), n=1, cutoff=0.75)
+    raise ConfigError(f"unknown tag {tag!r}{f' (did you mean {meant[close[0]]!r}?)' if close else ''}: define it in "
+                      f"EnvManagerConfig.task_sets (or a [task_sets.{tag}] table of a TOML file); known: {', '.join(known)}")
 
 
 def _builtin_tags(mode: str) -> str:
