@@ -290,3 +290,38 @@ def test_the_commands_that_read_runs_take_osworld_result_dir(tmp_path):
     assert refused.exit_code == 2, refused.output
     assert "--result_dir" in refused.output and "--output-dir" in refused.output and "RESULT_DIR" in refused.output
     assert not (tmp_path / "out").exists()
+
+
+@needs_set
+def test_a_run_given_osworlds_result_dir_says_the_command_that_writes_its_layout_there(tmp_path):
+    """An OSWorld user's run.py line, then show_result.py on the same --result_dir: the run
+    writes ``<result_dir>/<run-id>/``, where show_result.py finds no ``<action_space>/…`` and
+    says 'New experiment, no result yet.', and the run's end said nothing of
+    export-osworld. It names the command, as typed, that fills the layout there; OSWorld's
+    scoring of what it writes is the run's success rate (two infeasible tasks passed by the
+    oracle, one it has no reference for, skipped and scored 0)."""
+    import sys
+
+    from parallel_rollout.envs.osworld.references import reference_of
+
+    feasible_without = next(i for i in json.loads((EXAMPLES / "test_all.json").read_text())["os"]
+                            if reference_of(i) is None)
+    (tmp_path / "mine.json").write_text(json.dumps(
+        {"os": [INFEASIBLE[1], "a462a795-fdc7-4b23-b689-e8b6df786b78", feasible_without]}))
+    line = (f"{sys.executable} -m parallel_rollout run --test_config_base_dir {EXAMPLES} --test_all_meta_path "
+            "mine.json --result_dir ./results --agent oracle --skip-unsupported --num_envs 2 --run-id r "
+            "--no-progress --screen_width 640 --screen_height 480")
+    ran = bash(line, tmp_path, env=INSTALLED)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    [hint] = [said for said in ran.stdout.splitlines() if "export-osworld" in said]
+    assert hint.startswith("OSWorld's layout, which its show_result.py reads (./results/pyautogui/screenshot/"
+                           "oracle/<domain>/<example id>/): "), hint
+    command = hint.split("/): ", 1)[1]
+    assert command == f"{sys.executable} -m parallel_rollout runs export-osworld results/r ./results", hint
+    done = bash(command, tmp_path, env=INSTALLED)
+    assert done.returncode == 0, done.stdout + done.stderr
+    scores = show_result(tmp_path / "results", "pyautogui", "screenshot", "oracle")
+    assert sorted(scores["os"]) == [0.0, 1.0, 1.0], scores
+    summary = json.loads((tmp_path / "results" / "r" / "summary.json").read_text())
+    # summary.json keeps four decimals
+    assert summary["success_rate"] == pytest.approx(sum(scores["os"]) / len(scores["os"]), abs=1e-4), summary

@@ -423,6 +423,12 @@ def _run(ctx: click.Context, config_file: str | None, dry_run: bool, print_confi
     except ConfigError as exc:  # the core says --data: an OSWorld script typed --test_config_base_dir
         raise ConfigError(said_as_typed(str(exc), typed)) from None
     say(format_summary(outcome.summary, outcome.run_dir))
+    if typed.get("--output-dir") == "--result_dir" and config.mode == "osworld":
+        # OSWorld's user reads the result folder with show_result.py: how its layout is had
+        from .provenance import program
+        from .report.osworld_export import layout_hint
+
+        say(layout_hint(outcome.run_dir, config.output_dir, program()))
     if outcome.message:
         say(outcome.message, err=True)
     end_command(outcome.exit_code)

@@ -106,6 +106,19 @@ def export_osworld(run_dir: str | Path, result_dir: str | Path, *, sample: int =
     return out
 
 
+def layout_hint(run_dir: str | Path, result_dir: str, program: str) -> str:
+    """The line a run given OSWorld's ``--result_dir`` ends with: that folder holds the run's
+    own ``<run-id>/``, where OSWorld's show_result.py finds nothing, so it names the layout
+    show_result.py reads there and the command, as typed, that fills it."""
+    import shlex
+
+    config = RunData.load(run_dir, with_events=False).config
+    layout = "/".join([result_dir.rstrip("/") or "/", str(config.get("action_space") or "pyautogui"),
+                       str(config.get("observation_type") or "screenshot"), _model_name(config)])
+    return (f"OSWorld's layout, which its show_result.py reads ({layout}/<domain>/<example id>/): "
+            f"{program} runs export-osworld {shlex.quote(str(run_dir))} {shlex.quote(result_dir)}")
+
+
 def _model_name(config: dict) -> str:
     """The run's model where its agent asked one (``openai``, or ``--model`` given), else
     its agent's name (the oracle's run is not the default model's)."""
