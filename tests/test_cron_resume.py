@@ -45,3 +45,20 @@ def test_compare_of_a_run_with_itself_is_refused_and_writes_nothing(tmp_path, fi
         assert result.exit_code == 2, (a, b, result.output)
         assert f"compares the run {run_dir} with itself" in " ".join(result.output.split())
     assert sorted(p.name for p in run_dir.iterdir()) == before
+
+
+def test_a_dry_run_refuses_a_record_without_a_whole_attempt_as_the_resume_does(tmp_path, finished_run):
+    """--dry-run makes the resume's checks reading only: a record whose 'attempt' is no whole
+    number refuses the resume (it counts each sample's attempts), and the dry run said
+    'resumes r: 3 of 3 samples already final', exit 0."""
+    run_dir = tmp_path / "out" / "r"
+    lines = (run_dir / "results.jsonl").read_bytes().splitlines(keepends=True)
+    lines.insert(1, b'{"key": "t0#0", "attempt": "1"}\n')
+    (run_dir / "results.jsonl").write_bytes(b"".join(lines))
+    said = {}
+    for how in ("dry-run", "run"):
+        result = cli(tmp_path, finished_run, "--resume", *(["--dry-run"] if how == "dry-run" else []))
+        assert result.exit_code == 2, (how, result.output, result.exception)
+        said[how] = " ".join(result.output.split())
+        assert (f"{run_dir / 'results.jsonl'}:2: corrupted record: a record's 'attempt' is a whole number"
+                in said[how]), (how, said[how])

@@ -26,10 +26,9 @@ from .config_checks import PYTHON_CALL
 from .errors import ConfigError
 from .output_checks import check_run_folder_writable
 from .provenance import SCHEMA_VERSION, check_resume, provenance, recorded_config
-from .records import sample_ends
 from .report.files import write_text_whole
 from .report.run_data import RUN_FILES
-from .results import ResultStore, ResumeIndex, StorageError, read_records
+from .results import ResultStore, ResumeIndex, StorageError
 from .run_lock import FolderLock, lock_run_folder, run_folder_locked
 from .run_end import read_summary
 
@@ -187,14 +186,17 @@ class RunFolder:
         if not results_path.exists():
             note = self.twins_note(keys)
             return f"a new run folder {self.run_dir}" + (f" ({note})" if note else "") + busy
-        try:
-            finals = sample_ends(read_records(results_path))
+        try:  # read as the resume reads it (its attempts too), changing nothing
+            index = ResultStore(self.run_dir).load()
         except StorageError as exc:
             raise ConfigError(f"cannot resume {self.run_id}: {exc}") from None
+        finals = index.final
         self.check_scope(finals, keys)
         self.finals = finals
         faults = sum(1 for r in finals.values() if r.get("task_fault") == "task_file")
         ungraded = sum(1 for r in finals.values() if r.get("infrastructure")) - faults
         return (f"resumes {self.run_id}: {len(finals) - ungraded - faults} of {len(keys)} samples already final"
                 + (f", {ungraded} never graded (infrastructure) to run again" if ungraded else "")
-                + (f", {faults} never graded for their task file's error (not run again)" if faults else "") + busy)
+                + (f", {faults} never graded for their task file's error (not run again)" if faults else "")
+                + (f"; its torn last line ({index.torn_bytes} bytes) is set aside to results.jsonl.torn"
+                   if index.torn else "") + busy)
