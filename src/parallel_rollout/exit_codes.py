@@ -4,8 +4,9 @@
 code   meaning
 =====  ==============================================================================
 0      finished: every sample has a final record (and every gate passed)
-1      aborted: the VM pool is exhausted, its manager process died, the disk is full, a
-       guest lacks the mode's prerequisite …; or finished with samples never graded (their
+1      aborted: the VM pool is exhausted, its manager process died, the disk is full (once
+       the run started: too little free at its start is 2, nothing ran), a guest lacks the
+       mode's prerequisite …; or finished with samples never graded (their
        final record an infrastructure failure; no gate applied). Every finished result is
        kept; ``--resume`` continues and runs the never-graded samples once more (not one
        that ended on its task file's own error: ``task_fault`` "task_file")
