@@ -222,3 +222,20 @@ def test_a_task_the_index_lists_twice_is_refused_naming_the_index_and_its_lines(
     said = " ".join(result.output.split())
     assert (f"{index}:1: task {first!r} is listed twice, in domain 'chrome' (line 1) and again in domain 'os'"
             in said), said
+
+
+@needs_set
+def test_a_domain_with_no_folder_in_examples_is_said_once_naming_the_domains_there(tmp_path):
+    """An index whose domain has no folder under examples/ (another release's index, a
+    Windows set's domain) was refused with one line per task, 'task 'w0' of domain 'windows'
+    has no file …/examples/windows/w0.json', twenty of them and '… and 5 more', never saying
+    that the whole folder is missing nor which domains there are; one line says it."""
+    index = tmp_path / "mine.json"
+    index.write_text(json.dumps({"os": index_of("test_all.json")["os"][:2], "windows": [f"w{n}" for n in range(25)]}))
+    result = cli("--data", str(EXAMPLES), "--osworld-index", str(index), "--dry-run", *MODEL_AGENT)
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert "has no file" not in said, said
+    domains = ", ".join(sorted(p.name for p in (EXAMPLES / "examples").iterdir() if p.is_dir()))
+    assert (f"{index}: domain 'windows' lists 25 tasks, but {EXAMPLES / 'examples'} has no folder 'windows' "
+            f"(its domains: {domains})") in said, said

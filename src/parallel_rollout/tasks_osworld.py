@@ -202,8 +202,18 @@ def folder_records(folder: Path, domain: str, index: str = DEFAULT_INDEX,
     so the load goes on and names every one. ``data_said``: the words of what named the folder."""
     folder, index_path, selected = _selected(folder, domain, index, data_said)
     listed: dict[str, str] = {}  # task id -> the domain that listed it first
+    examples = folder / "examples"
+    for name in dict.fromkeys(name for name, _ in selected):
+        if not (examples / name).is_dir():  # one line for the domain, not one per task of it
+            count = sum(listed_in == name for listed_in, _ in selected)
+            there = ", ".join(sorted(p.name for p in examples.iterdir() if p.is_dir())) if examples.is_dir() else ""
+            yield f"{index_path}:1", TaskFileError(
+                f"{index_path}: domain {name!r} lists {count} task{'s' * (count != 1)}, but {examples} has no "
+                f"folder {name!r} (its domains: {there or 'none'})"), name
     for name, task_id in selected:
-        task_path = folder / "examples" / name / f"{task_id}.json"
+        task_path = examples / name / f"{task_id}.json"
+        if not task_path.parent.is_dir():
+            continue
         if task_id in listed:
             # not the task file's "duplicate task id": the index lists it twice, and OSWorld's
             # run.py would run it twice into one result folder
