@@ -411,3 +411,41 @@ def test_a_timeout_says_the_groups_async_generation_ratio_dropped_as_stale(tmp_p
         assert found and int(found.group(1)) == started == train.stats()["dropped_stale"], caught.value
     finally:
         server.stop()
+
+
+def test_turns_regenerated_after_every_abort_until_task_timeout_say_so(tmp_path, schedulers):
+    """Weight updates with suspend(abort=True) every second, replies of 3 s, partial_rollout
+    off: each aborted turn starts over from scratch and never ends, till task_timeout kills
+    the member. The error said only 'task_timeout … 0 turn(s) taken', not that the trainer's
+    aborts kept every turn from ending, nor what continues an aborted turn."""
+    import threading
+
+    from held_replies import continuing
+
+    server = LLMServer(policy=continuing, token_rate=10).start()  # 31 tokens: 3 s a reply
+    stop = threading.Event()
+    try:
+        train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=2, task_timeout=4.0,
+                                     max_retries=0),
+                           EnvManagerConfig(num_env_groups=1, group_size=2, tags=["tiny"],
+                                            task_sets=lake_set(tmp_path, name="tiny", desc=TINY, max_steps=2)),
+                           max_failed_groups=1)
+
+        def updates():
+            version = 0
+            while not stop.wait(1.0):
+                train.suspend(abort=True)
+                version += 1
+                train.resume(policy_version=version)
+
+        thread = threading.Thread(target=updates, daemon=True)
+        with pytest.raises(RolloutError) as caught:
+            thread.start()
+            train.get_batch(batch_size=2, step=0, timeout=120)
+        said = str(caught.value)
+        assert "task_timeout" in said, said
+        assert re.search(r"\d+ model request\(s\) were aborted by suspend\(abort=True\)", said), said
+        assert "partial_rollout=True" in said, said
+    finally:
+        stop.set()
+        server.stop()

@@ -108,6 +108,10 @@ class BatchBudget:
         self._gate = None
         self._suspension = None
         self._replies_at_first = 0
+        #: the gate's aborted requests when a member last finished, and whether an aborted
+        #: turn is continued (``partial_rollout``) or generated again from scratch
+        self._aborted_at_done = 0
+        self._partial = False
         #: env loops that may send requests (``watch``); (replies, unanswered, when) at the
         #: last reply seen, where the silence count starts; the most requests seen in flight
         #: since (the loops sending: a sibling's few on a big engine wait for fewer)
@@ -192,12 +196,15 @@ class BatchBudget:
             error, self._settings = self._settings, None
             raise error
 
-    def watch(self, gate, loops: int = 1, suspension=None) -> None:
+    def watch(self, gate, loops: int = 1, suspension=None, partial: bool = False) -> None:
         """Read the model's replies off ``gate`` (a ``PolicyGate``): what tells an endpoint
         that is down from members that fail while it answers, and one that is silent
         (``loops``: the env loops sending requests through it); ``suspension`` (a
-        ``Suspension``) names who shut it in a timeout's message."""
+        ``Suspension``) names who shut it in a timeout's message; ``partial``: the run's
+        ``partial_rollout`` (``_aborts_note``)."""
         self._gate = gate
+        self._partial = partial
+        self._aborted_at_done = self._aborted()
         self._loops = max(1, loops)
         self._suspension = suspension
 
@@ -214,6 +221,10 @@ class BatchBudget:
         """A group had a member that did not fail: the model and envs work."""
         self.failed_in_a_row = self.dropped_in_a_row = 0
         self._statuses.clear()
+        self._aborted_at_done = self._aborted()
+
+    def _aborted(self) -> int:
+        return self._gate.aborted if self._gate is not None else 0
 
     def _replies(self) -> int:
         return self._gate.replies if self._gate is not None else 0
@@ -309,8 +320,19 @@ class BatchBudget:
         else:
             cause = f"no model request got a usable reply since the first of them failed: {self._no_reply_cause()}"
         raise RolloutError(f"{self.failed_in_a_row} groups in a row failed (max_failed_groups="
-                           f"{self.max_failed_groups}): {', '.join(kinds)}; {cause} Last failure: "
+                           f"{self.max_failed_groups}): {', '.join(kinds)}; {cause}{self._aborts_note()} Last failure: "
                            f"{self.last_failure or 'unknown'}")
+
+    def _aborts_note(self) -> str:
+        """Why members ran past ``task_timeout``, when the trainer's aborts kept their turns from
+        ending: each aborted turn starts over without ``partial_rollout``, so updates that come
+        faster than a reply leave every turn unfinished (an abort spends no retry)."""
+        aborted = self._aborted() - self._aborted_at_done
+        if self._partial or aborted <= 0 or "task_timeout" not in self._statuses:
+            return ""
+        return (f" {aborted} model request(s) were aborted by suspend(abort=True) since a member last finished, "
+                "each turn generated again from scratch (partial_rollout=False): weight updates that come faster "
+                "than a reply never let a turn end; RunConfig(partial_rollout=True) continues an aborted turn.")
 
     def _no_reply_cause(self) -> str:
         """Why nothing got a reply: the endpoint, when every member failure was its
@@ -340,4 +362,5 @@ class BatchBudget:
                 (self.failed_in_a_row, "failed in a row")) if count]
             since = f"; since the last batch {', '.join(ended)}" if ended else ""
             raise BatchTimeout(f"get_batch timed out after {self._timeout:g}s with {ready} group(s) ready "
-                               f"and {running} running{shut}{since}; last failure: {self.last_failure or 'none'}")
+                               f"and {running} running{shut}{since};{self._aborts_note()} last failure: "
+                               f"{self.last_failure or 'none'}")

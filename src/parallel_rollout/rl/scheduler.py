@@ -174,7 +174,8 @@ class RolloutScheduler(CheckedKeywords, Checkpoints, ChosenBatches, GroupGenerat
         #: what its samples' names start with (``run_folder``: a later session's are apart)
         self._sample_prefix = self._shared.folder.sample_prefix(self.name)
         # did the model answer? (a failure budget's error; a silent endpoint across the env loops)
-        self._budget.watch(self._shared.gate, self._shared.engine.concurrency, self._shared.suspension)
+        self._budget.watch(self._shared.gate, self._shared.engine.concurrency, self._shared.suspension,
+                           partial=bool(self.run_config.partial_rollout))
         #: staleness by the policy versions that sampled a group's tokens (``staleness``)
         self._lag = VersionLag(self._shared.gate, max_version_lag, stale_versions)
         engine = self._shared.engine
