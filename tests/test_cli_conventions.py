@@ -176,6 +176,18 @@ def test_osworld_flags_without_an_equivalent_say_what_to_use(flag, equivalent):
     assert equivalent in result.output
 
 
+@pytest.mark.parametrize("args", [["--observation_type", "som"], ["--observation_type=som"],
+                                  ["--observation-type", "som"]], ids=lambda v: " ".join(v))
+def test_osworlds_som_observation_is_refused_saying_what_it_is_and_what_to_give(args):
+    """OSWorld's run.py takes --observation_type som (its set-of-marks agents); click said only
+    "'som' is not one of 'screenshot', 'a11y_tree', 'screenshot_a11y_tree'", as of a typo."""
+    result = CliRunner().invoke(main, ["run", "--mode", "osworld", *args, "--dry-run"])
+    assert result.exit_code == 2, result.output
+    flag = args[0].split("=")[0]
+    assert (f"{flag} som (OSWorld's set-of-marks: numbered boxes drawn on the screenshot) is not supported here: "
+            "give screenshot, a11y_tree or screenshot_a11y_tree") in flat(result.output), result.output
+
+
 @pytest.mark.parametrize("typed, meant", [
     ("--max_step", "Did you mean '--max_steps'?"),  # it said: Did you mean '--max-tokens'?
     ("--observation_typ", "Did you mean '--observation_type'?"),  # it said --observation-type

@@ -136,6 +136,13 @@ def translate_osworld_flags(args: list[str], aliases: dict[str, str] | None = No
                 f"is the task set's: examples/ beside the index; a relative path is from the current folder, "
                 f"{os.getcwd()})")
         out.append(f"--data={data}")
+    for at, arg in enumerate(out):  # OSWorld's fourth observation, which click's choice said as a typo
+        if arg == "--":
+            break
+        if arg == "--observation-type=som" or (arg == "--observation-type" and out[at + 1:at + 2] == ["som"]):
+            raise click.UsageError(f"{typed['--observation-type']} som (OSWorld's set-of-marks: numbered boxes drawn "
+                                   "on the screenshot) is not supported here: give screenshot, a11y_tree or "
+                                   "screenshot_a11y_tree")
     if one_task is not None:
         raise click.UsageError(f"--specific_task_id (OSWorld's run.py) has no equivalent here: "
                                f"{_one_task_advice(one_task, data, data_flag)}")
