@@ -392,25 +392,48 @@ def test_a_node_whose_ray_worker_starts_late_is_not_left_out_by_the_sweeps_cut_o
     assert f"node {node.node_id[:8]} is left out of the run: {why}" in runs["never"], runs["never"][-3000:]
 
 
+@contextlib.contextmanager
+def _run_held_at_its_sweep(cl, tmp_path: Path, monkeypatch, run_id: str):
+    """A CLI run on ``cl`` (stderr piped) whose start waits on the sweep of a node joined for
+    it, held on a FIFO: the run and the node; after, the sweep let go, the node and run ended."""
+    fifo = _stuck_sweep(tmp_path / "hung", run_id)
+    monkeypatch.setenv(_ENV, str(tmp_path / "hung"))  # the node's raylet's, and its workers'
+    node = cl.add_node(**_NODE)
+    monkeypatch.delenv(_ENV)
+    proc = subprocess.Popen(_cli(tmp_path, cl.address, run_id), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    writer = None
+    try:
+        writer = _hold_sweep(fifo, timeout=120)  # the sweep reads it: the run's start waits on it
+        yield proc, node
+    finally:
+        if writer is not None:
+            os.close(writer)
+        cl.remove_node(node, allow_graceful=False)
+        proc.kill()
+        proc.wait()
+
+
+def _assert_stopped_at_the_sweep(proc: subprocess.Popen, stderr: str, run_dir: Path, node) -> None:
+    """The run ended interrupted (exit 130, its resume line) at its start, ``node`` left out."""
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "interrupted by signal 2; resume with:" in stderr and "Traceback" not in stderr, stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["interrupted"] and summary["finished"] == 0, summary
+    assert summary["ray"]["nodes_left_out"] == {
+        node.node_id: "its sweep of the run's leftovers had not ended when the run ended"}, summary["ray"]
+
+
 @pytest.mark.slow
 def test_a_second_ctrl_c_while_a_node_s_first_sweep_hangs_stops_the_run_at_once(cluster, tmp_path, monkeypatch):
     """Ctrl-C twice while a node's sweep at the run's start hangs: the run stops then (exit 130,
     its summary and resume line), the node left out as its sweep had not ended. Before, the
     start waited out the sweep's cut-off (120 s from its start) whatever the signals said
     ("Ctrl-C again stops at once")."""
-    cl, _ = cluster
-    fifo = _stuck_sweep(tmp_path / "hung", "ctrlc")
-    monkeypatch.setenv(_ENV, str(tmp_path / "hung"))  # the node's raylet's, and its workers'
-    node = cl.add_node(**_NODE)
-    monkeypatch.delenv(_ENV)
-    proc = subprocess.Popen(_cli(tmp_path, cl.address, "ctrlc"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
-    reader.start()
-    writer = None
-    try:
-        writer = _hold_sweep(fifo, timeout=120)  # the sweep reads it: the run's start waits on it
+    with _run_held_at_its_sweep(cluster[0], tmp_path, monkeypatch, "ctrlc") as (proc, node):
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+        reader.start()
         proc.send_signal(signal.SIGINT)
         # the second once the first is handled (two before it are one to Python's handler)
         deadline = time.monotonic() + 30
@@ -424,16 +447,16 @@ def test_a_second_ctrl_c_while_a_node_s_first_sweep_hangs_stops_the_run_at_once(
             reader.join(10)
             raise AssertionError("".join(lines)[-3000:]) from None
         reader.join(10)
-        stderr = "".join(lines)
-    finally:
-        if writer is not None:
-            os.close(writer)
-        cl.remove_node(node, allow_graceful=False)
-        proc.kill()
-        proc.wait()
-    assert proc.returncode == 130, stderr[-3000:]
-    assert "interrupted by signal 2; resume with:" in stderr and "Traceback" not in stderr, stderr[-3000:]
-    summary = json.loads((tmp_path / "ctrlc" / "summary.json").read_text())
-    assert summary["interrupted"] and summary["finished"] == 0, summary
-    assert summary["ray"]["nodes_left_out"] == {
-        node.node_id: "its sweep of the run's leftovers had not ended when the run ended"}, summary["ray"]
+    _assert_stopped_at_the_sweep(proc, "".join(lines), tmp_path / "ctrlc", node)
+
+
+@pytest.mark.slow
+def test_a_first_ctrl_c_while_a_node_s_first_sweep_hangs_stops_the_run_within_its_grace(cluster, tmp_path, monkeypatch):
+    """One Ctrl-C while a node's sweep at the run's start hangs: the sweep is waited for the
+    run's grace ("finishing what completes within 3s"), then cancelled as a second Ctrl-C does
+    (exit 130, its summary and resume line, the node left out). Before, the start waited out
+    the sweep's cut-off (120 s from its start): the first signal never reached it."""
+    with _run_held_at_its_sweep(cluster[0], tmp_path, monkeypatch, "once") as (proc, node):
+        proc.send_signal(signal.SIGINT)
+        stderr = communicate(proc, 60)[1]  # raises, saying what the run said, if it has not ended
+    _assert_stopped_at_the_sweep(proc, stderr, tmp_path / "once", node)

@@ -96,6 +96,15 @@ class EngineHooks(Protocol):
     def grace_cut(self) -> bool:
         """True once a second stop signal asked for a stop at once: a shutdown's grace ends."""
 
+    @property
+    def stopping(self) -> bool:
+        """True once a stop signal came: the start starts nothing more."""
+
+    @property
+    def stop_due(self) -> bool:
+        """True once the first stop signal's grace has passed, or a second one cut it: what
+        the start still waits for is cancelled."""
+
 
 def grace_left(deadline: float, hooks: EngineHooks) -> float:
     """Seconds left of a shutdown's grace that ends at ``deadline``: none once it was cut."""

@@ -182,9 +182,9 @@ class RayBackend(WorkerTable, NodeWatch, WorkerDeaths):
         self._lines_keys = run_lines_key()
         forget_last_words(self._lines_keys)  # a killed driver's left, as this run's would be
         if spec.provider_cls is not None:  # leftovers of an earlier, killed run, on every node
-            if (swept := self._sweeps.first(nodes, self._head, lambda: self.hooks.grace_cut)) is None:
+            if (swept := self._sweeps.first(nodes, self._head, lambda: self.hooks.stop_due)) is None:
                 return self._lose_head()  # the head lost meanwhile
-            if self.hooks.grace_cut:  # stopped at once as the nodes swept (a hung one): nothing more starts
+            if self.hooks.stopping:  # a stop signal came as the nodes swept: nothing more starts
                 return None
             (nodes, left_out), _ = swept, self._joined([], swept[1])
             if not nodes:
