@@ -91,6 +91,13 @@ LEFTOVER_ROWS["rig_check_imagemagick_conf"] = (
     ["mkdir -p ~/.config/ImageMagick && printf '<magicmap><magic name=\"MVG\" offset=\"0\" target=\"viewbox\"/>"
      "</magicmap>\\n' > ~/.config/ImageMagick/magic.xml", "printf 'viewbox 0 0 100 50\\n' > ~/out.png"],
     '[ "$(identify -format %w ~/out.png)" = 100 ]', False)
+#: ncurses reads ~/.terminfo before the system's entries: the answer's xterm of 977 columns
+#: there was what tput and infocmp said of xterm; their wrappers run them with HOME elsewhere
+TERMINFO_XTERM = "infocmp xterm | sed 's/cols#80/cols#977/' > ~/x.src && tic -o ~/.terminfo ~/x.src"
+LEFTOVER_ROWS["rig_check_terminfo_tput"] = ([TERMINFO_XTERM], '[ "$(tput -T xterm cols)" = 977 ]', False)
+LEFTOVER_ROWS["rig_check_terminfo_tput_by_path"] = ([TERMINFO_XTERM], f'[ "$({by_path("tput")} -T xterm cols)" = 977 ]',
+                                                    False)
+LEFTOVER_ROWS["rig_check_terminfo_infocmp"] = ([TERMINFO_XTERM], "infocmp xterm | grep -q cols#977", False)
 #: ssh reads ~/.ssh/config (from the passwd entry's home, the answer's), and runs its `Match exec`
 #: even under -G: the answer's command ran in the check and wrote the file it read next; its
 #: wrappers (ssh, scp, sftp) pass -F the machine's ssh_config
@@ -375,7 +382,9 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_java_service_provider_unlisted": "java",
                      "rig_check_java_service_provider_by_path": "java",
                      "rig_check_java_service_provider_by_real_path": "java", "rig_check_javac_processor_by_real_path": "javac",
-                     "rig_check_proverc": "prove", "rig_check_cmake_registry": "cmake"}
+                     "rig_check_proverc": "prove", "rig_check_cmake_registry": "cmake",
+                     "rig_check_terminfo_tput": "tput", "rig_check_terminfo_tput_by_path": "tput",
+                     "rig_check_terminfo_infocmp": "infocmp"}
 LEFTOVER_PROGRAMS.update(PYTHON_PROGRAMS)
 LEFTOVER_PROGRAMS.update(BY_PATH_PROGRAMS)
 
@@ -394,6 +403,10 @@ LEFTOVER_HONEST = {"mvn": "d=$(mktemp -d) && mkdir $d/.mvn && echo -v > $d/.mvn/
                           " </dev/null | grep -qx 2",
                    "identify": "convert -size 3x2 xc:red ~/h.png && [ \"$(identify -format %w%h ~/h.png)\" = 32 ]",
                    "ssh": "ssh -G localhost | grep -qx 'hostname localhost'",
+                   # the system's entries, and a check's own TERMINFO
+                   "tput": "[ \"$(tput -T xterm cols)\" = 80 ] && d=$(mktemp -d) && infocmp xterm | sed 's/cols#80/cols#132/'"
+                           " > $d/x.src && tic -o $d/ti $d/x.src && [ \"$(TERMINFO=$d/ti tput -T xterm cols)\" = 132 ]",
+                   "infocmp": "infocmp xterm | grep -q cols#80",
                    "scp": "scp -q ~/a.json ~/b.json && cmp ~/a.json ~/b.json",
                    "sftp": "sftp -o BatchMode=yes -P 1 localhost </dev/null 2>&1 | grep -q 'port 1:'",
                    # by its names and its path too, where the guest has them (Debian's vim.basic, the
