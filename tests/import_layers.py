@@ -47,7 +47,7 @@ LAYERS: list[list[str]] = [
     ["pool/", "envs/", "agents/"],
     ["guest/"],
     ["report/"],
-    ["config.py", "config_checks.py", "setting_types.py", "vm_address.py", "pool_sizing.py", "messages.py", "records.py", "tasks.py", "task_files.py", "tasks_osworld.py",
+    ["config.py", "config_checks.py", "setting_names.py", "setting_types.py", "vm_address.py", "pool_sizing.py", "messages.py", "records.py", "tasks.py", "task_files.py", "tasks_osworld.py",
      "task_json.py", "tasks_parquet.py", "results.py", "run_lock.py", "plugins.py", "policy_gate.py", "gate_client.py", "provenance.py",
      "trajectories.py", "logs.py", "run_log.py", "output_checks.py", "process_group.py", "main_guard.py"],
     ["errors.py", "exit_codes.py", "version.py", "worker_cgroup.py"],
@@ -55,9 +55,10 @@ LAYERS: list[list[str]] = [
 
 #: modules that may import only the project modules listed (the config is the floor every
 #: layer reads: it must not reach up into anything)
-LEAVES: dict[str, tuple[str, ...]] = {"config.py": ("errors.py", "config_checks.py", "setting_types.py"),
-                                      "setting_types.py": ("errors.py", "config_checks.py"),
-                                      "config_checks.py": ("errors.py", "vm_address.py"),
+LEAVES: dict[str, tuple[str, ...]] = {"config.py": ("errors.py", "config_checks.py", "setting_names.py", "setting_types.py"),
+                                      "setting_types.py": ("errors.py", "config_checks.py", "setting_names.py"),
+                                      "config_checks.py": ("errors.py", "setting_names.py", "vm_address.py"),
+                                      "setting_names.py": ("errors.py",),
                                       "vm_address.py": ("errors.py",)}
 
 #: what each rule is for, in the README block
@@ -76,9 +77,10 @@ RULES = (
     "another module's object: a name another module needs is public, and an object's "
     "state changes only in its own class's methods.",
     "`config.py` imports nothing of the project but `errors`, `config_checks` (the "
-    "checks of its values) and `setting_types` (a value against its field's type, which imports only "
-    "`errors` and `config_checks`); `config_checks` imports only `errors` and `vm_address`, which "
-    "imports only `errors`.",
+    "checks of its values), `setting_names` (how a setting is said, as its source gave it) and "
+    "`setting_types` (a value against its field's type, which imports only `errors`, `config_checks` "
+    "and `setting_names`); `config_checks` imports only `errors`, `setting_names` and `vm_address`; "
+    "`setting_names` and `vm_address` import only `errors`.",
 )
 
 

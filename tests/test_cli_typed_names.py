@@ -92,7 +92,7 @@ def test_a_provider_of_a_python_call_names_the_keyword(tmp_path):
 
 def test_as_given_says_a_setting_with_its_value_as_its_source_spells_it(tmp_path):
     """One function says where a setting came from, with its value or without."""
-    from parallel_rollout.config_checks import as_given
+    from parallel_rollout.setting_names import as_given
 
     (tmp_path / "run.toml").write_text("num-rollouts = 5\n")
     cases = [

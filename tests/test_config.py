@@ -529,7 +529,7 @@ def test_every_other_name_of_a_flag_of_run_has_its_key():
     from parallel_rollout.cli import main
     from parallel_rollout.cli_aliases import OSWORLD_ALIASES
     from parallel_rollout.cli_options import flag_aliases
-    from parallel_rollout.config_checks import KEY_SYNONYMS
+    from parallel_rollout.setting_names import KEY_SYNONYMS
 
     def key(flag: str) -> str:
         return flag.lstrip("-").replace("-", "_")

@@ -31,7 +31,6 @@ from typing import Any
 
 from .call_spelling import SETTING_TYPES, as_called
 from .config import build_config, settings
-from .config_checks import PYTHON_CALL
 from .errors import ConfigError, InterruptedBeforeStart, ProviderUnavailable, RunInterrupted, RunLocked
 from .logs import reworded
 from .main_guard import check_guarded
@@ -41,6 +40,7 @@ from .report.run_data import NotARunFolder, RunData
 from .run_end import PYTHON_PROGRAM
 from .run_log import forget_the_kept, keep_until_the_run_log
 from .runner import RunOutcome, Runner
+from .setting_names import PYTHON_CALL
 
 __all__ = ["ConfigError", "InterruptedBeforeStart", "NotARunFolder", "Preflight", "ProviderUnavailable", "RunData",
            "RunInterrupted", "RunLocked", "RunOutcome", "load_run", "preflight", "run"]

@@ -68,10 +68,10 @@ from .cli_options import (ENV_PREFIX, RUN_IMPLIED, Gate, LazyHelpOption, Registr
 from .cli_runs import compare_cmd, report_cmd, runs
 from .cli_tools import end_command, image, osworld_cache, vms
 from .config import RunConfig, build_config
-from .config_checks import TYPED
 from .errors import ConfigError, InterruptedBeforeStart, ProviderUnavailable, RunLocked, raise_interrupted
 from .exit_codes import EXIT_ABORTED, EXIT_INTERRUPTED, EXIT_LOCKED, EXIT_USAGE
 from .logs import console_logging, devnull_for_closed_streams, say, shown_on_stderr
+from .setting_names import TYPED
 
 _D = RunConfig()
 #: --max-turns when not given: each built-in mode's ``Env.default_max_turns`` (a test checks)

@@ -28,11 +28,12 @@ from click.shell_completion import CompletionItem
 
 from .cli_aliases import OSWORLD_ALIASES, translate_osworld_flags
 from .config import NAMED_DATASETS, RunConfig
-from .config_checks import GATE_SYNONYMS, TYPED, check_not_stdout, gate_setting
+from .config_checks import check_not_stdout, gate_setting
 from .errors import ConfigError
 from .logs import NOT_ON_CONSOLE, PROJECT_LOGGER, say
 from .run_log import forget_the_kept, keep_until_the_run_log
 from .provenance import program
+from .setting_names import GATE_SYNONYMS, TYPED
 
 #: the prefix of every flag's environment variable: PARALLEL_ROLLOUT_<FLAG> for run's flags
 ENV_PREFIX = "PARALLEL_ROLLOUT"

@@ -15,10 +15,10 @@ import click
 
 from .cli_aliases import OSWORLD_ALIASES
 from .cli_options import TypedFlagsCommand, refuse_stdout
-from .config_checks import TYPED
 from .config import RunConfig
 from .errors import ConfigError
 from .logs import say
+from .setting_names import TYPED
 
 #: where a run id given instead of a folder is looked up: run's --output-dir default
 OUTPUT_DIR = RunConfig().output_dir

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config_checks import (RESUME_READS, flag_name, parse_sampling, set_off_the_command_line, set_where,
-                            setting_name, unknown_key, validate_ranges, written_in)
+from .config_checks import parse_sampling, validate_ranges
 from .errors import ConfigError
+from .setting_names import (RESUME_READS, flag_name, set_off_the_command_line, set_where, setting_name, unknown_key,
+                            written_in)
 from .setting_types import PATH_SETTINGS, CheckedKeywords, checked_value, one_or_list, split_addresses
 
 try:

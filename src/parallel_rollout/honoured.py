@@ -12,8 +12,8 @@ import logging
 from typing import Any
 
 from .agents.base import MODEL_OPTIONS
-from .config_checks import FLAGLESS, RESUME_READS, flag_name, setting_name
 from .errors import ConfigError
+from .setting_names import FLAGLESS, RESUME_READS, flag_name, setting_name
 
 log = logging.getLogger("parallel_rollout")
 

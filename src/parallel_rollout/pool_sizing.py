@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from .config_checks import as_given, setting_name
+from .setting_names import as_given, setting_name
 
 
 #: the VMs' settings a run whose VMs do not use them ignores, with a warning (the rest are refused)

@@ -46,13 +46,13 @@ from .agents import get_agent
 from .agents.base import refused_by_agent
 from .agents.model_checks import calls_model, check_agent, may_call_model, probe_endpoint
 from .config import RunConfig, data_required
-from .config_checks import key_as_given, said_if_given
 from .envs import get_env, run_task_set, with_mode_defaults
 from .envs.base import guest_check
 from .errors import ConfigError, ProviderUnavailable
 from .output_checks import check_free_disk
 from .plugins import plugin_call
 from .pool.providers import get_provider, run_provider
+from .setting_names import key_as_given, said_if_given
 from .tasks import census_lines
 
 log = logging.getLogger(__name__)

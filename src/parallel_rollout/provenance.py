@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import Any
 
 from .config import RESULT_FIELDS, RunConfig
-from .config_checks import as_given, typed_text
 from .errors import ConfigError, TaskFileError
+from .setting_names import as_given, typed_text
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .config import RunConfig
-from .config_checks import PYTHON_CALL
 from .errors import ConfigError
 from .output_checks import check_run_folder_writable
 from .provenance import SCHEMA_VERSION, check_resume, provenance, recorded_config
@@ -31,6 +30,7 @@ from .report.run_data import RUN_FILES
 from .results import ResultStore, ResumeIndex, StorageError
 from .run_lock import FolderLock, lock_run_folder, run_folder_locked
 from .run_end import read_summary
+from .setting_names import PYTHON_CALL
 
 log = logging.getLogger("parallel_rollout")
 

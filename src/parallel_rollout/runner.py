@@ -31,7 +31,7 @@ from .agents.base import refused_by_agent
 from .agents.episode import EndpointRefused, ModelUnavailable
 from .agents.model_checks import check_agent, fleet_verdict
 from .config import RunConfig, data_required, default_run_id
-from .config_checks import check_vm_sharing, key_as_given, said_if_given
+from .config_checks import check_vm_sharing
 from .engine import Engine
 from .envs import get_env, run_task_set, with_mode_defaults
 from .envs.base import guest_check
@@ -51,6 +51,7 @@ from .records import unsupported_record
 from .results import ResultStore, ServerNotes, StorageError
 from .run_end import RunOutcome, finish_run, resume_command, signal_after_the_end
 from .run_folder import RunFolder
+from .setting_names import key_as_given, said_if_given
 from .tasks import Sample, expand, unsupported_message
 
 log = logging.getLogger("parallel_rollout")
@@ -413,8 +414,6 @@ class Runner:
         left to a resume, and the VMs stopped, the summary written, as after the first."""
         if self._interrupted is None:
             self._interrupted = signum
-            if self.engine is not None:  # what its start waits on (a Ray node's sweep) gets the grace too
-                self.engine.stop_within(self.config.shutdown_grace_s)
             log.warning("signal %d: stopping (finishing what completes within %.0fs; %s stops at once)", signum,
                         self.config.shutdown_grace_s, "Ctrl-C again" if signum == signal.SIGINT else "a second signal")
         elif self.engine is not None and not self.engine.grace_cut:

@@ -16,8 +16,9 @@ import numbers
 import os
 from typing import Any
 
-from .config_checks import closest_setting, gate_setting
+from .config_checks import gate_setting
 from .errors import ConfigError
+from .setting_names import closest_setting
 
 #: the settings that are paths: a Python call may give each as a ``pathlib.Path``, taken as its
 #: string (a ``~`` in a config file's or a variable's is expanded as the shell does on the command line)

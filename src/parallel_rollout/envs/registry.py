@@ -10,9 +10,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from ..config_checks import RESUME_READS, said_if_given
 from ..errors import ConfigError, TaskFileError
 from ..plugins import Registry
+from ..setting_names import RESUME_READS, said_if_given
 from ..tasks import CORE_FIELDS
 from ..tasks_osworld import DEFAULT_INDEX
 from .base import Env

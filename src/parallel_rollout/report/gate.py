@@ -25,7 +25,6 @@ from typing import Any
 
 from ..logs import NOT_ON_CONSOLE
 from ..exit_codes import EXIT_ABORTED, EXIT_BELOW_THRESHOLD, EXIT_NO_VERDICT, EXIT_OK, EXIT_REGRESSION
-from ..config_checks import RESUME_READS, typed_text
 from ..errors import ConfigError
 from .compare import compare_runs, format_comparison
 from .compare_html import write_compared
@@ -33,6 +32,7 @@ from .files import CannotWrite
 from .html import write_report
 from .junit import write_junit
 from .run_data import RunData, runs_near
+from ..setting_names import RESUME_READS, typed_text
 
 log = logging.getLogger("parallel_rollout")
 

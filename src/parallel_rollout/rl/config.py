@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..config import RunConfig
-from ..config_checks import check_no_stray_fields, check_vm_sharing, validate_ranges
+from ..config_checks import check_vm_sharing, validate_ranges
 from ..errors import ConfigError
+from ..setting_names import check_no_stray_fields
 from ..setting_types import CheckedKeywords, check_fields
 
 

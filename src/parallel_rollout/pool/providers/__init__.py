@@ -9,11 +9,11 @@ import os
 from typing import Any
 
 from ...config import RunConfig
-from ...config_checks import said_if_given
 from ...errors import ConfigError, TaskFileError
 from ...plugins import Registry
 from .base import Provider, ProviderOptions, VMInfo, default_memory_mb
 from .host_dirs import outermost
+from ...setting_names import said_if_given
 
 __all__ = ["Provider", "ProviderOptions", "VMInfo", "default_memory_mb", "get_provider",
            "provider_names", "provider_options", "run_provider"]
