@@ -414,6 +414,8 @@ class Runner:
         left to a resume, and the VMs stopped, the summary written, as after the first."""
         if self._interrupted is None:
             self._interrupted = signum
+            if self.engine is not None:  # what its start waits on (a Ray node's sweep) gets the grace too
+                self.engine.stop_within(self.config.shutdown_grace_s)
             log.warning("signal %d: stopping (finishing what completes within %.0fs; %s stops at once)", signum,
                         self.config.shutdown_grace_s, "Ctrl-C again" if signum == signal.SIGINT else "a second signal")
         elif self.engine is not None and not self.engine.grace_cut:
