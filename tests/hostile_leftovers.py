@@ -91,6 +91,11 @@ LEFTOVER_ROWS["rig_check_imagemagick_conf"] = (
     ["mkdir -p ~/.config/ImageMagick && printf '<magicmap><magic name=\"MVG\" offset=\"0\" target=\"viewbox\"/>"
      "</magicmap>\\n' > ~/.config/ImageMagick/magic.xml", "printf 'viewbox 0 0 100 50\\n' > ~/out.png"],
     '[ "$(identify -format %w ~/out.png)" = 100 ]', False)
+#: by Debian's other names of it (the real files, which /usr/bin/identify leads to) and its path
+for magick_name, magick_row in (("identify-im6.q16", "im6_q16"), ("identify-im6", "im6"), (by_path("identify"), "by_path")):
+    LEFTOVER_ROWS[f"rig_check_imagemagick_conf_{magick_row}"] = (
+        LEFTOVER_ROWS["rig_check_imagemagick_conf"][0],
+        LEFTOVER_ROWS["rig_check_imagemagick_conf"][1].replace("identify", magick_name), False)
 #: ncurses reads ~/.terminfo before the system's entries: the answer's xterm of 977 columns
 #: there was what tput and infocmp said of xterm; their wrappers run them with HOME elsewhere
 TERMINFO_XTERM = "infocmp xterm | sed 's/cols#80/cols#977/' > ~/x.src && tic -o ~/.terminfo ~/x.src"
@@ -384,7 +389,8 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_java_service_provider_by_real_path": "java", "rig_check_javac_processor_by_real_path": "javac",
                      "rig_check_proverc": "prove", "rig_check_cmake_registry": "cmake",
                      "rig_check_terminfo_tput": "tput", "rig_check_terminfo_tput_by_path": "tput",
-                     "rig_check_terminfo_infocmp": "infocmp"}
+                     "rig_check_terminfo_infocmp": "infocmp", "rig_check_imagemagick_conf_im6_q16": "identify-im6.q16",
+                     "rig_check_imagemagick_conf_im6": "identify-im6", "rig_check_imagemagick_conf_by_path": "identify"}
 LEFTOVER_PROGRAMS.update(PYTHON_PROGRAMS)
 LEFTOVER_PROGRAMS.update(BY_PATH_PROGRAMS)
 
@@ -402,6 +408,11 @@ LEFTOVER_HONEST = {"mvn": "d=$(mktemp -d) && mkdir $d/.mvn && echo -v > $d/.mvn/
                    "gdb": "gdb -batch -ex 'print 6 * 7' | grep -q '= 42' && gdb -batch -ex 'shell echo [1,2] | jq length'"
                           " </dev/null | grep -qx 2",
                    "identify": "convert -size 3x2 xc:red ~/h.png && [ \"$(identify -format %w%h ~/h.png)\" = 32 ]",
+                   # by Debian's other names too, and its path (the front at the real file leads to the wrapper)
+                   "identify-im6.q16": "convert-im6.q16 -size 3x2 xc:red ~/h6.png && [ \"$(identify-im6.q16 -format %w%h ~/h6.png)\" = 32 ]"
+                                       f" && [ \"$({by_path('identify')} -format %w%h ~/h6.png)\" = 32 ]"
+                                       " && [ \"$(stream -map r -storage-type char ~/h6.png - | wc -c)\" = 6 ]",
+                   "identify-im6": "[ \"$(convert-im6 -size 5x1 xc:blue png:- | identify-im6 -format %w -)\" = 5 ]",
                    "ssh": "ssh -G localhost | grep -qx 'hostname localhost'",
                    # the system's entries, and a check's own TERMINFO
                    "tput": "[ \"$(tput -T xterm cols)\" = 80 ] && d=$(mktemp -d) && infocmp xterm | sed 's/cols#80/cols#132/'"

@@ -43,7 +43,7 @@ def test_the_wheel_ships_licence_types_script_and_a_lean_base(wheel):
         wrappers = {name: archive.getinfo(f"parallel_rollout/guest/grading_bin/{name}").external_attr >> 16
                     for name in ("curl", "jq", "sqlite3", "file", "wget", "psql", "node", "git",
                                  "git_external_diff", "mvn", "gdb", "tmux", "less", "gpg", "identify", "convert", "magick", "compare",
-                                 "composite", "mogrify", "montage", "magick_no_home.sh", "ssh", "scp", "sftp", "ssh_no_home.sh",
+                                 "composite", "mogrify", "montage", "stream", "import", "identify-im6", "identify-im6.q16", "magick_no_home.sh", "ssh", "scp", "sftp", "ssh_no_home.sh",
                                  "vim", "vi", "view", "ex", "vimdiff", "rvim", "rview", "vim.basic", "vim_no_home.sh", "npm", "npx", "npm_no_home.sh",
                                  "pytest", "py.test", "python3", "pytest_no_above.sh",
                                  "valgrind", "make", "gmake", "javac", "java", "prove", "cmake", "cmake_no_registry.cmake", "aspell", "enchant-2", "jshell", "tput", "infocmp", "clear", "tabs", "tset", "reset", "toe",

@@ -1,5 +1,7 @@
 # Sourced by the ImageMagick wrappers here (identify, convert, magick, compare, composite,
-# mogrify, montage): runs the program of the wrapper's name (see ./curl) with HOME a folder
+# mogrify, montage, stream, conjure, animate, display, import, and Debian's -im6 and -im6.q16
+# names of each: the -im6.q16 ones are the real files, whose fronts /usr/bin/identify and the
+# others lead to): runs the program of the wrapper's name (see ./curl) with HOME a folder
 # that does not exist, so that it reads no ~/.config/ImageMagick or ~/.magick of the graded
 # code's (magic.xml there made a text file ~/out.png an MVG drawing 100 wide, and
 # `identify -format %w ~/out.png` said 100; delegates.xml, policy.xml, colors.xml, log.xml
