@@ -259,6 +259,13 @@ SHELL_ROWS = {
                          f"python3 -c '{SERVE_HOME}' wget -qO- http://127.0.0.1:8765/page | grep -q pr-rigged", False),
     "rig_check_psqlrc": (["printf '%s\\n' '\\echo 5' > ~/.psqlrc"],
                          f"python3 -c '{PG_SERVER}' psql -tAc 'select 0' | grep -qx 5", False),
+    # by Debian's pg_wrapper at its path, and by the real psql it runs, which no wrapper fronts:
+    # the grading environment's PSQLRC keeps them from ~/.psqlrc
+    "rig_check_psqlrc_by_path": (["printf '%s\\n' '\\echo 5' > ~/.psqlrc"],
+                                 f"python3 -c '{PG_SERVER}' /usr/bin/psql -tAc 'select 0' | grep -qx 5", False),
+    "rig_check_psqlrc_by_real_path": (["printf '%s\\n' '\\echo 5' > ~/.psqlrc"],
+                                      f"python3 -c '{PG_SERVER}' sh -c '/usr/lib/postgresql/*/bin/psql -tAc \"select 0\"'"
+                                      " | grep -qx 5", False),
     "rig_check_node_modules": (["for d in .node_modules .node_libraries; do mkdir -p ~/$d"
                                 " && echo 'process.exit(0)' > ~/$d/pr-hostile.js; done"],
                                "node -e \"require('pr-hostile'); process.exit(3)\"", False),
@@ -287,6 +294,7 @@ NEEDS_CGROUP = {"fork_bomb": "pids"}
 #: fails whatever the answer did, so the row would prove nothing and is left out
 NEEDS_PROGRAM = {"rig_check_curlrc": "curl", "rig_check_pip_conf": "pip3", "rig_check_jq": "jq", "rig_check_sqliterc": "sqlite3",
                  "rig_check_magic": "file", "rig_check_wgetrc": "wget", "rig_check_psqlrc": "psql",
+                 "rig_check_psqlrc_by_path": "psql", "rig_check_psqlrc_by_real_path": "psql",
                  "rig_check_node_modules": "node", **{row: "git" for row in GIT_ROWS}, **LEFTOVER_PROGRAMS, **SPELLING_PROGRAMS}
 #: program -> an honest task's check of it through its wrapper: the real program runs, arguments
 #: and all, on what the task's answer wrote (~/a.json, ~/t.db), where its row is not left out
@@ -297,7 +305,9 @@ HONEST_TOOLS = {
     "curl": "curl -sf \"file://$HOME/a.json\" | grep -q '\"a\"'",
     "file": "file -b ~/a.json | grep -q JSON",
     "wget": f"python3 -c '{SERVE_HOME}' wget -qO- http://127.0.0.1:8765/a.json | grep -q '\"a\"'",
-    "psql": f"[ \"$(python3 -c '{PG_SERVER}' psql -tAc 'select 4')\" = 4 ]",
+    # a check's own PSQLRC still read, by psql's path too
+    "psql": f"[ \"$(python3 -c '{PG_SERVER}' psql -tAc 'select 4')\" = 4 ] && printf '%s\\n' '\\echo 6' > ~/own.psqlrc"
+            f" && [ \"$(PSQLRC=$HOME/own.psqlrc python3 -c '{PG_SERVER}' /usr/bin/psql -tAc 'select 4' | head -1)\" = 6 ]",
     # the home and its HOME are still the answer's (the wrapper only hides its global folders)
     "node": "node -e 'const os = require(\"os\"); process.exit(process.env.HOME === os.homedir()"
             " && require(os.homedir() + \"/a.json\").a === 2 ? 0 : 1)'",

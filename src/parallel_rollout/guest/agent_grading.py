@@ -12,7 +12,8 @@ ignore, attributes and config), pip and npm without a config file (``PIP_CONFIG_
 ``NPM_CONFIG_USERCONFIG`` /dev/null: ``~/.config/pip/pip.conf``'s ``[list] path`` made
 ``pip list`` show a package the answer only faked, ``~/.npmrc`` can move npm's prefix; npm and npx
 through a wrapper too, which reads no ``.npmrc`` of a workspace root above the package or of a
-folder that is no package as the project's), and the shell run without startup files (``sh -c`` reads
+folder that is no package as the project's), psql without ``~/.psqlrc`` (``PSQLRC`` /dev/null,
+so by its path too: Debian's ``/usr/bin/psql`` is pg_wrapper, which no front is at), and the shell run without startup files (``sh -c`` reads
 none; ``ENV`` and ``BASH_ENV`` are not passed). A ``usercustomize.py``, a ``.pth`` file, a ``json.py`` in
 the home or a ``~/bin`` shim left by the answer is then never loaded: only the files the
 check inspects reach it. Programs that read a file of the home as their config are run
@@ -85,7 +86,9 @@ def grading_env(home: str) -> dict[str, str]:
     # agent's read-only folder, no user site-packages in it (`/usr/bin/python3 -E` ran the graded
     # code's ~/.local/lib/python3.*/site-packages/usercustomize.py)
     env.update(PYTHONNOUSERSITE="1", PYTHONUSERBASE=_AGENT_FOLDER, PYTHONSAFEPATH="1", PYTHONDONTWRITEBYTECODE="1",
-               GIT_CONFIG_GLOBAL="/dev/null", PIP_CONFIG_FILE=os.devnull, NPM_CONFIG_USERCONFIG=os.devnull)
+               GIT_CONFIG_GLOBAL="/dev/null", PIP_CONFIG_FILE=os.devnull, NPM_CONFIG_USERCONFIG=os.devnull,
+               # psql by any path (Debian's /usr/bin/psql is pg_wrapper, which no front is at): no ~/.psqlrc
+               PSQLRC=os.devnull)
     env[GRADING_SINCE] = grading_since()
     env[GRADED_HOME] = home
     return env

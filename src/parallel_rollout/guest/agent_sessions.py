@@ -53,7 +53,7 @@ STARTING = "starting"
 #: the wrappers read (their PATH first, the grading start's time, the graded home) and those
 #: ``grading_bin/env`` keeps for what it runs
 GIVEN_BACK = ("PATH", "PYTHONPATH", "PYTHONNOUSERSITE", "PYTHONUSERBASE", "PYTHONSAFEPATH", "PYTHONDONTWRITEBYTECODE",
-              "GIT_CONFIG_GLOBAL", "PIP_CONFIG_FILE", "NPM_CONFIG_USERCONFIG", "PARALLEL_ROLLOUT_GRADING_SINCE",
+              "GIT_CONFIG_GLOBAL", "PIP_CONFIG_FILE", "NPM_CONFIG_USERCONFIG", "PSQLRC", "PARALLEL_ROLLOUT_GRADING_SINCE",
               "PARALLEL_ROLLOUT_GRADED_HOME")
 #: grading commands start one at a time (STARTING is one file), and SESSIONS is made and removed
 #: under it too
