@@ -155,6 +155,14 @@ CASES = {
     "style-right": ("What is $2+2$?", "4", "\\boxed{\\displaystyle 4}", 1.0),
     "spaced-list": ("Solve $(x-3)(x-4)=0$.", "3, 4", "\\boxed{3\\; 4}", 1.0),
     "thousands": ("How many?", "10000", "\\boxed{10\\,000}", 1.0),
+    # a \\text{} shows what it says: a number offered in it as an alternative is one (3 \\text{ (or 4)}
+    # was 3), its digits are digits (\\text{3}4 shows 34; math-verify read 3 \\cdot 4)
+    "text-or": ("What is $2+1$?", "3", "\\boxed{3 \\text{ (or 4)}}", 0.0),
+    "text-or-maybe": ("What is $2+1$?", "3", "\\boxed{3 \\mbox{, maybe 4}}", 0.0),
+    "text-or-both": ("Solve $(x-3)(x-4)=0$.", "3, 4", "\\boxed{3 \\text{ (or 4)}}", 1.0),
+    "text-digits": ("What is $30+4$?", "34", "\\boxed{\\text{3}4}", 1.0),
+    "text-digits-product": ("What is $3 \\cdot 4$?", "12", "\\boxed{\\text{3}4}", 0.0),
+    "text-units": ("How wide is it?", "12", "\\boxed{12\\text{ cm}}", 1.0),
 }
 
 

@@ -19,8 +19,9 @@ to six places and to a thousandth of the answer's size (``0.333333`` is 1/3, ``0
 ``0.0`` is no 1/2^30: ``math_answers``); intervals keep their brackets; ``1e3``
 is 1000 and ``5.`` is 5 (``_plain_numbers``: math-verify alone read 3e and nothing); ``3\\%``
 is 0.03 where the problem speaks of no percent and 3 where it does, one reading, never both
-(``_percent_as_value``); ``3\\;4`` is two numbers and ``\\phantom{4}3`` is 3 (``_plain_numbers``:
-math-verify read both as 7), and an equation that
+(``_percent_as_value``); ``\\text{3}4`` is 34 and ``3 \\text{ (or 4)}`` is
+3 or 4 (``_shown_text``: math-verify read 3 \\cdot 4 and 3); ``3\\;4`` is two numbers and
+``\\phantom{4}3`` is 3 (``_plain_numbers``: math-verify read both as 7), and an equation that
 sets two different numbers equal (``3 = 4``) is wrong, whatever its right side, as is a
 negation math-verify drops (``\\neq 3`` was 3), and two numbers joined by a relation
 math-verify keeps one side of (``3 \\approx 4`` was 3, ``3 \\vee 4`` 4; an approximation holds
@@ -112,6 +113,8 @@ _SYMBOLS = {"≈": "\\approx", "∼": "\\sim", "≃": "\\simeq", "≅": "\\cong"
 _SYMBOL = re.compile("|".join(map(re.escape, _SYMBOLS)))
 #: a style switch, which shows nothing itself (``\\displaystyle 3 \\scriptstyle 4`` was 4)
 _STYLE = re.compile(r"\\(?:display|text|script|scriptscript)style(?![A-Za-z])")
+#: a text group: what it holds is shown as written (``\\text{3}4`` shows 34, math-verify read 3 \\cdot 4)
+_TEXT = re.compile(r"\\(?:text(?:rm|it|bf|sf|tt|normal|up)?|mbox|math(?:rm|it|bf|sf|tt|normal))\s*(?=\{)")
 #: a problem that speaks of percent, whose answer may be a bare number of percent ("What percent …?")
 _SPEAKS_OF_PERCENT = re.compile(r"percent|%", re.IGNORECASE)
 
@@ -293,7 +296,7 @@ def _plain_numbers(answer: str, other: str) -> str:
     reads as a power of ten (its small e is Euler's number: ``1e3`` was 3e, ``2e5+1`` 10e + 1,
     so 200001 was wrong and 10e + 1 right); one with a signed exponent stays as written where
     ``other`` holds Euler's number (``2e-1`` beside ``2e - 1`` stays 2e - 1)."""
-    answer = _SYMBOL.sub(lambda symbol: f" {_SYMBOLS[symbol[0]]} ", answer)
+    answer = _shown_text(_SYMBOL.sub(lambda symbol: f" {_SYMBOLS[symbol[0]]} ", answer))
     answer = _SPACING.sub(" ", _THIN_SPACE.sub("", _CLOSING_POINT.sub("", _visible(answer))))
     answer = _TIMES_BRACKET.sub(" \\\\cdot ", answer)
     if _SPACED_NUMBERS.fullmatch(answer.strip()):
@@ -301,6 +304,30 @@ def _plain_numbers(answer: str, other: str) -> str:
     euler = _EULER.search(re.sub(r"\\[A-Za-z]+", "", _E_NUMBER.sub("", other)))
     return _E_NUMBER.sub(lambda number: number[0] if number[2] and euler else
                          f"{number[1]}E{number[2]}{number[3]}", answer)
+
+
+def _shown_text(answer: str) -> str:
+    """``answer`` with each text group that holds numbers read as it shows them: a number alone
+    is that number (``\\text{3}4`` is 34), numbers it offers as alternatives are alternatives
+    (``3 \\text{ (or 4)}`` is 3 or 4, as ``3 \\text{ or } 4`` is: math-verify read 3, dropping
+    the text; ``3 \\text{ (or } 4`` 4); other text (``12\\text{ cm}``) stays for math-verify to drop."""
+    at = 0
+    while (match := _TEXT.search(answer, at)) is not None:
+        content = _braced(answer, match.end())
+        if content is None:
+            return answer
+        end = match.end() + len(content) + 2
+        numbers = _numbers(content)
+        if numbers and re.fullmatch(r"\s*[+-]?\d+(?:\.\d+)?\s*", content):
+            shown = content.strip()
+        elif _ALTERNATIVES.search(content):  # "or" parts what stands either side of it
+            parts = [""] * bool(answer[:match.start()].strip()) + numbers + [""] * bool(answer[end:].strip())
+            shown = " " + " \\text{ or } ".join(parts) + " "
+        else:
+            shown = answer[match.start():end]
+        answer = answer[:match.start()] + shown + answer[end:]
+        at = match.start() + len(shown)
+    return answer
 
 
 def _visible(answer: str) -> str:
