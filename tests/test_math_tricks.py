@@ -163,6 +163,12 @@ CASES = {
     "text-digits": ("What is $30+4$?", "34", "\\boxed{\\text{3}4}", 1.0),
     "text-digits-product": ("What is $3 \\cdot 4$?", "12", "\\boxed{\\text{3}4}", 0.0),
     "text-units": ("How wide is it?", "12", "\\boxed{12\\text{ cm}}", 1.0),
+    # a script on nothing (a small 3 before the 4) shows a number math-verify dropped: {}_3 4 was 4
+    "prescript-sub": ("What is $2+2$?", "4", "\\boxed{{}_3 4}", 0.0),
+    "prescript-sup": ("What is $2+2$?", "4", "\\boxed{{}^{3} 4}", 0.0),
+    "prescript-phantom": ("What is $2+2$?", "4", "\\boxed{\\vphantom{x}_3 4}", 0.0),
+    "prescript-strut": ("What is $2+2$?", "4", "\\boxed{\\strut_3 4}", 0.0),
+    "subscript": ("What is $x_1$ if $x_1 = 4$?", "4", "\\boxed{x_1 = 4}", 1.0),
 }
 
 

@@ -111,8 +111,8 @@ _SYMBOLS = {"≈": "\\approx", "∼": "\\sim", "≃": "\\simeq", "≅": "\\cong"
             "…": "\\ldots", "⋯": "\\cdots", "·": "\\cdot", "⋅": "\\cdot", "∙": "\\cdot", "×": "\\times",
             "÷": "\\div", "±": "\\pm", "∓": "\\mp", "√": "\\sqrt", "π": "\\pi", "∞": "\\infty", "−": "-"}
 _SYMBOL = re.compile("|".join(map(re.escape, _SYMBOLS)))
-#: a style switch, which shows nothing itself (``\\displaystyle 3 \\scriptstyle 4`` was 4)
-_STYLE = re.compile(r"\\(?:display|text|script|scriptscript)style(?![A-Za-z])")
+#: a style switch, or a strut, which shows nothing itself (``\\displaystyle 3 \\scriptstyle 4`` was 4)
+_STYLE = re.compile(r"\\(?:(?:display|text|script|scriptscript)style|(?:math)?strut)(?![A-Za-z])")
 #: a text group: what it holds is shown as written (``\\text{3}4`` shows 34, math-verify read 3 \\cdot 4)
 _TEXT = re.compile(r"\\(?:text(?:rm|it|bf|sf|tt|normal|up)?|mbox|math(?:rm|it|bf|sf|tt|normal))\s*(?=\{)")
 #: a problem that speaks of percent, whose answer may be a bare number of percent ("What percent …?")

@@ -1,9 +1,10 @@
 """What an answer says that math-verify's parse loses or misreads, checked on what it parsed.
 
 math-verify grades an equation's right side (``2+2=4`` is 4), so a false equation (``3=4``)
-scored for 4; it drops some negations (``\\neq 3`` was 3); it matches decimals to six places,
-which a tiny answer has none of (``0.0`` matched 1/2^30). Each check here runs in a grader
-process (``math_grader``), on math-verify's parse of the answer, with sympy.
+scored for 4; it drops some negations (``\\neq 3`` was 3) and scripts on nothing (``{}_3 4`` was
+4); it matches decimals to six places, which a tiny answer has none of (``0.0`` matched 1/2^30).
+Each check here runs in a grader process (``math_grader``), on math-verify's parse of the
+answer, with sympy.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ MAX_DIGITS = 10_000
 #: a negated relation (``\\neq``, ``\\not=``), which math-verify parses as ``Ne`` or drops (``\\neq 3``
 #: and ``x \\not= 3`` were 3)
 _NEGATION = re.compile(r"\\(?:not|neq?)(?![A-Za-z])")
+#: a sub- or superscript with a number in it on nothing (``{}_3 4``, ``{}^{3} 4``, ``\\vphantom{x}_3 4``: a
+#: small 3 before the 4), which math-verify drops (all were 4)
+_PRESCRIPT = re.compile(r"(?:^|[{(\[,=+\-*/<>]|\{\s*\})\s*[_^]\s*(?:\{[^{}]*\d|\d)")
 #: a bar, or an invisible delimiter: parts numbers (``3 | 4``, ``3 \\right. 4`` were 4) where the
 #: parse kept one of them, not where it read the whole (``|3| + |4|``, ``\\left|3\\right|``)
 _BAR = r"\\(?:left|right)\s*[.|]|(?<![\\a-z])\|"
@@ -53,13 +57,15 @@ _SUBSTACK = re.compile(r"\\substack\s*\{")
 
 def misread(extracted: str, pred: list[Any]) -> tuple[str, Any] | None:
     """``(why, what it parsed)`` when the answer ``extracted``, parsed as ``pred``, says other
-    than the parse: a negation the parse dropped, an equation between different numbers, two
-    numbers joined by a relation the parse kept one side of."""
+    than the parse: a negation the parse dropped, a number in a script on nothing, an equation
+    between different numbers, two numbers joined by a relation the parse kept one side of."""
     from sympy import Basic, Ne
 
     exprs = [item for item in pred if isinstance(item, Basic)]
     if exprs and _NEGATION.search(extracted) and not any(item.has(Ne) for item in exprs):
         return "the answer's negation was dropped in parsing", pred[0]
+    if exprs and _PRESCRIPT.search(extracted):
+        return "the answer writes a number as a script on nothing, which the parse dropped", pred[0]
     false = next((item for item in pred if false_equation(item)), None)
     if false is not None:
         return "the answer's equation is false", false
