@@ -169,6 +169,12 @@ CASES = {
     "prescript-phantom": ("What is $2+2$?", "4", "\\boxed{\\vphantom{x}_3 4}", 0.0),
     "prescript-strut": ("What is $2+2$?", "4", "\\boxed{\\strut_3 4}", 0.0),
     "subscript": ("What is $x_1$ if $x_1 = 4$?", "4", "\\boxed{x_1 = 4}", 1.0),
+    # a task's answer with a percent has one reading too, the problem's unit: 25\\% is 25 in a problem
+    # that speaks of percent, 0.25 elsewhere (math-verify took both 25 and 0.25 for it)
+    "gold-percent-asks-value": ("By what percent did the price rise?", "25\\%", "\\boxed{0.25}", 0.0),
+    "gold-percent-asks-number": ("By what percent did the price rise?", "25\\%", "\\boxed{25}", 1.0),
+    "gold-percent-asks-sign": ("By what percent did the price rise?", "25\\%", "\\boxed{25\\%}", 1.0),
+    "gold-percent-bare": ("How did the price change?", "25\\%", "\\boxed{25}", 0.0),
 }
 
 

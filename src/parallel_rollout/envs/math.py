@@ -18,8 +18,8 @@ So ``1/2``, ``0.5``, ``\\frac{1}{2}`` and ``\\dfrac12`` agree; decimals count wh
 to six places and to a thousandth of the answer's size (``0.333333`` is 1/3, ``0.33`` is not,
 ``0.0`` is no 1/2^30: ``math_answers``); intervals keep their brackets; ``1e3``
 is 1000 and ``5.`` is 5 (``_plain_numbers``: math-verify alone read 3e and nothing); ``3\\%``
-is 0.03 where the problem speaks of no percent and 3 where it does, one reading, never both
-(``_percent_as_value``); ``\\text{3}4`` is 34 and ``3 \\text{ (or 4)}`` is
+is 0.03 where the problem speaks of no percent and 3 where it does, one reading, never both,
+the task's answer's too (``_percent_as_value``); ``\\text{3}4`` is 34 and ``3 \\text{ (or 4)}``
 3 or 4 (``_shown_text``: math-verify read 3 \\cdot 4 and 3); ``3\\;4`` is two numbers and
 ``\\phantom{4}3`` is 3 (``_plain_numbers``: math-verify read both as 7), and an equation that
 sets two different numbers equal (``3 = 4``) is wrong, whatever its right side, as is a
@@ -342,19 +342,19 @@ def _visible(answer: str) -> str:
     return answer
 
 
-def _percent_as_value(extracted: str, expected: str, problem: str) -> str:
-    """``extracted`` with each percent (a sign, or spelt out) read in one unit, the ``problem``'s:
-    where it speaks of percent, its numbers are percents and ``25\\%`` is 25; elsewhere a percent
-    is the hundredth it is (``3\\%`` is 0.03); an ``expected`` answer with a percent sign is left
-    to math-verify, which compares percent with percent. math-verify reads ``X\\%`` both ways, X
-    and X/100, so a percent sign on any answer was a hedge: ``3\\%`` scored for 3 and for 0.03,
-    ``2500\\%`` for a "What percent …?" of 25 (and ``2.5\\%``, a float, only as 0.025)."""
-    extracted = _PERCENT_WORD.sub(lambda _: "\\%", extracted)
-    if "%" not in extracted or "%" in expected:
-        return extracted
+def _percent_as_value(answer: str, problem: str) -> str:
+    """``answer`` (the reply's or the task's) with each percent (a sign, or spelt out) read in
+    one unit, the ``problem``'s: where it speaks of percent, its numbers are percents and
+    ``25\\%`` is 25; elsewhere a percent is the hundredth it is (``3\\%`` is 0.03). math-verify
+    reads ``X\\%`` both ways, X and X/100, so a percent sign on either answer was a hedge:
+    ``3\\%`` scored for 3 and for 0.03, ``2500\\%`` for a "What percent …?" of 25 (and
+    ``2.5\\%``, a float, only as 0.025); a task's ``25\\%`` took both 25 and 0.25."""
+    answer = _PERCENT_WORD.sub(lambda _: "\\%", answer)
+    if "%" not in answer:
+        return answer
     if _SPEAKS_OF_PERCENT.search(problem):
-        return _PERCENT.sub(" ", extracted)
-    return _PERCENT.sub(lambda _: "\\cdot\\frac{1}{100}", extracted)
+        return _PERCENT.sub(" ", answer)
+    return _PERCENT.sub(lambda _: "\\cdot\\frac{1}{100}", answer)
 
 
 def grade(expected: str, extracted: str, timeout_s: float = DEFAULT_GRADE_TIMEOUT_S,
@@ -364,8 +364,8 @@ def grade(expected: str, extracted: str, timeout_s: float = DEFAULT_GRADE_TIMEOU
     outside: retried)."""
     if len(extracted) > MAX_ANSWER_CHARS:
         return {"correct": False, "reason": "answer_too_long"}
-    answer = _percent_as_value(_plain_numbers(extracted, expected), expected, problem)
-    return grade_isolated(_plain_numbers(expected, extracted), answer, timeout_s)
+    answer = _percent_as_value(_plain_numbers(extracted, expected), problem)
+    return grade_isolated(_percent_as_value(_plain_numbers(expected, extracted), problem), answer, timeout_s)
 
 
 def _reply_text(action: Any) -> tuple[str | None, bool]:
