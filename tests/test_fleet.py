@@ -629,3 +629,52 @@ def test_an_abort_url_on_one_server_of_a_fleet_is_refused():
     for taken in ("/abort_request", "http://10.0.0.9:8080/abort_request"):
         assert build_config({"base_url": fleet, "abort_url": taken}).abort_url == taken
     assert build_config({"base_url": fleet[0], "abort_url": "http://10.0.0.1:30000/abort_request"}).abort_url
+
+
+def test_cli_a_ctrl_c_during_the_fleets_start_check_starts_no_engine(tmp_path, llm_servers):
+    """Ctrl-C while the run's start check waits on a fleet's server that holds its GET /models:
+    the run stops there (exit 130, its resume line), starting no engine (no pool, no worker)
+    and saying nothing of one. Before, it started the engine all the same and said
+    "[Concurrency] Set max concurrent rollouts to 1" after "signal 2: stopping"."""
+    import signal
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    asked, release = threading.Event(), threading.Event()
+
+    class Holds(BaseHTTPRequestHandler):
+        def do_GET(self):
+            asked.set()
+            release.wait(30)
+            self.close_connection = True
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Holds)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    (good,) = llm_servers(_echo)
+    env = {name: value for name, value in os.environ.items() if name != "OPENAI_API_KEY"}
+    proc = subprocess.Popen([
+        sys.executable, "-m", "parallel_rollout.cli", "run", "--mode", "gym", "--data", "frozenlake", "--limit", "1",
+        "--agent", "openai", "--model", "test-model", "--max-turns", "1", "--base-url",
+        f"http://127.0.0.1:{httpd.server_address[1]}/v1", "--base-url", good.url, "--num-rollouts", "1",
+        "--no-progress", "--output-dir", str(tmp_path), "--run-id", "held"], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert asked.wait(120), "the start check never asked the held server"
+        time.sleep(0.5)  # the handler is the run's by now: the check waits on the held server
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        release.set()
+        proc.kill()
+        proc.wait()
+        httpd.shutdown()
+        httpd.server_close()
+    assert proc.returncode == 130, stderr
+    assert "signal 2: stopping" in stderr and "resume with:" in stderr, stderr
+    assert "[Concurrency]" not in stderr and good.requests == [], stderr
+    assert not (tmp_path / "held" / "events.jsonl").exists()  # the engine's: it never started
+

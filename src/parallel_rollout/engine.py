@@ -210,8 +210,9 @@ class Engine(EngineCancels, EngineStops):
             self._bell.open()
             self.backend.start()
             note = self.config.concurrency_note(self.concurrency)  # a cut --max-concurrent-rollouts
-            log.log(logging.WARNING if note else logging.INFO, "[Concurrency] Set max concurrent rollouts to %d%s",
-                    self.concurrency, note)
+            if not self.stopping:  # a stop signal as it started: said after "signal 2: stopping", it misled
+                log.log(logging.WARNING if note else logging.INFO, "[Concurrency] Set max concurrent rollouts to %d%s",
+                        self.concurrency, note)
             self._thread = threading.Thread(target=self._serve, name="rollout-engine", daemon=True)
             self._thread.start()
 

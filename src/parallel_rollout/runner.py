@@ -338,6 +338,8 @@ class Runner:
         self.engine.servers_left_out, self.engine.servers_unheard = fleet_verdict(self.config, self.agent_cls)
         self._last_progress_log = time.monotonic()
         self._open_progress(total)
+        if self._interrupted:  # a stop signal as the fleet was checked: no pool, no worker starts
+            return
         self.engine.start()
         for item in pending:
             # stopped as it started (no worker could start), or a stop signal came meanwhile
