@@ -482,13 +482,23 @@ def test_cli_a_fleet_server_down_at_start_that_comes_up_serving_another_model_ge
         proc.stderr
 
 
+def _listening(handler):
+    """An HTTP server of ``handler`` on a free port of 127.0.0.1, serving in a thread."""
+    from http.server import ThreadingHTTPServer
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    return httpd
+
+
 class _Unanswering:
     """A fleet server that is down in the way a hung host is: it takes the connection and hangs
     up without an answer. Its first GET /models waits (up to 4 s) for the other ``parties``
     servers' first ones, and records whether they all came (the start check asked them at once)."""
 
     def __init__(self, barrier) -> None:
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from http.server import BaseHTTPRequestHandler
 
         unanswering = self
         self.barrier, self.together = barrier, None
@@ -509,10 +519,8 @@ class _Unanswering:
             def log_message(self, *args):
                 pass
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), HangUp)
-        self._httpd.daemon_threads = True
+        self._httpd = _listening(HangUp)
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
-        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     def stop(self) -> None:
         self._httpd.shutdown()
@@ -638,7 +646,7 @@ def test_cli_a_ctrl_c_during_the_fleets_start_check_starts_no_engine(tmp_path, l
     "[Concurrency] Set max concurrent rollouts to 1" after "signal 2: stopping"."""
     import signal
     import time
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import BaseHTTPRequestHandler
 
     asked, release = threading.Event(), threading.Event()
 
@@ -651,9 +659,7 @@ def test_cli_a_ctrl_c_during_the_fleets_start_check_starts_no_engine(tmp_path, l
         def log_message(self, *args):
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Holds)
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    httpd = _listening(Holds)
     (good,) = llm_servers(_echo)
     env = {name: value for name, value in os.environ.items() if name != "OPENAI_API_KEY"}
     proc = subprocess.Popen([
@@ -678,3 +684,82 @@ def test_cli_a_ctrl_c_during_the_fleets_start_check_starts_no_engine(tmp_path, l
     assert "[Concurrency]" not in stderr and good.requests == [], stderr
     assert not (tmp_path / "held" / "events.jsonl").exists()  # the engine's: it never started
 
+
+class _Proxy:
+    """A proxy in front of a model server (nginx, a load balancer): 502 to every request
+    until ``forward`` is set (the server behind it is down), then what the server answers."""
+
+    def __init__(self, behind: str) -> None:
+        import urllib.error
+        import urllib.request
+        from http.server import BaseHTTPRequestHandler
+
+        proxy = self
+        self.forward, self.models_asked = False, 0
+
+        class Forwards(BaseHTTPRequestHandler):
+            def do_GET(self):
+                proxy.models_asked += self.path.endswith("/models")
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) if self.command == "POST" else None
+                status, answer = 502, b"<html><body>502 Bad Gateway</body></html>"
+                if proxy.forward:
+                    request = urllib.request.Request(behind + self.path, data=body,
+                                                     headers=dict(self.headers), method=self.command)
+                    try:
+                        with urllib.request.urlopen(request, timeout=30) as reply:
+                            status, answer = reply.status, reply.read()
+                    except urllib.error.HTTPError as exc:
+                        status, answer = exc.code, exc.read()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            do_POST = do_GET
+
+            def log_message(self, *args):
+                pass
+
+        self._httpd = _listening(Forwards)
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+def test_cli_a_fleet_server_behind_a_proxy_answering_502_is_asked_again_once_it_is_up(tmp_path, llm_servers):
+    """A fleet's server behind a proxy that answers 502 while the server is down (at the start
+    check, and at the first visit of a trajectory) is taken as not answering: asked its /models
+    again at a later visit, and left out once the server behind it is up serving another model
+    (SGLang answers a POST for any model name): no chat POST reaches it. Before, the 502 to a
+    first visit's GET /models counted as an answer, so it was never asked again and took
+    trajectories the other model answered."""
+    good, behind = llm_servers(_echo, 2)
+    behind.models = ["other-model"]
+    proxy = _Proxy(behind.url.removesuffix("/v1"))
+
+    def up_once_the_first_visit_met_the_502(body):
+        if proxy.models_asked >= 2:  # the start check's GET, then a trajectory's first visit's
+            proxy.forward = True
+        return _echo(body)
+
+    good.policy = up_once_the_first_visit_met_the_502
+    env = {name: value for name, value in os.environ.items() if name != "OPENAI_API_KEY"}
+    try:
+        proc = subprocess.run([
+            sys.executable, "-m", "parallel_rollout.cli", "run", "--mode", "gym", "--data", "frozenlake", "--limit",
+            "6", "--agent", "openai", "--model", "test-model", "--max-turns", "1", "--base-url", proxy.url,
+            "--base-url", good.url, "--num-rollouts", "1", "--server-cooldown", "0", "--no-progress",
+            "--output-dir", str(tmp_path), "--run-id", "proxied"], capture_output=True, text=True, env=env,
+            timeout=300)
+    finally:
+        proxy.stop()
+    assert proc.returncode == 0, proc.stderr
+    assert [r["path"] for r in behind.requests] == [] and proxy.forward, proc.stderr
+    assert behind.model_listings >= 1, (proxy.models_asked, proc.stderr)
+    records = read_results(tmp_path / "proxied")
+    assert len(records) == 6 and {r["usage"]["server"] for r in records} == {good.url}, records
+    said = [line for line in proc.stderr.splitlines() if proxy.url in line and "other-model" in line]
+    assert len(said) == 1 and "does not list the model 'test-model' (--model): it lists other-model" in said[0], \
+        proc.stderr

@@ -165,7 +165,8 @@ def probe_fleet(config: Any, models_required: bool = False,
     def probe(url: str) -> str | openai_request.ServerRefused:
         """One server's note, or why it does not serve the run."""
         try:
-            note = openai_request.probe_models(url, config.model, agent=config.agent, models_required=models_required)
+            note = openai_request.probe_models(url, config.model, agent=config.agent, models_required=models_required,
+                                               fleet=len(urls) > 1)
             for either in model_routes(config, agent_cls) if agent_cls is not None else ():
                 note += ", and " + openai_request.probe_route(  # the note says whether /models listed the model
                     url, config.model, either, listed=note.endswith(" model(s)"),

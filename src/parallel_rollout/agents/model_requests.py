@@ -211,7 +211,8 @@ class ModelRequests:
         run (its model listed, or no model list), None when it does not answer; EndpointRefused
         when it does not and no other server of the fleet serves the run either."""
         try:
-            openai_request.probe_models(url, self.config.model, agent=getattr(self.config, "agent", "openai"))
+            openai_request.probe_models(url, self.config.model, agent=getattr(self.config, "agent", "openai"),
+                                        fleet=True)  # a proxy's 502 while its server is down: asked again
         except openai_request.ServerRefused as exc:
             self._visit_answers[url] = exc.answer
             if isinstance(exc, openai_request.ServerUnreachable):

@@ -238,7 +238,8 @@ class ServerRefused(ConfigError):
 
 class ServerUnreachable(ServerRefused):
     """``probe_models``: nothing answered (a refused connection, no answer in time), or, when
-    a model list is required, a 5xx: a server not (yet) up, unlike one that answers wrongly."""
+    a model list is required or for a fleet's server, a 5xx: a server not (yet) up, unlike one
+    that answers wrongly."""
 
 
 def _answers(url: str, key: str, timeout: float) -> bool:
@@ -252,12 +253,14 @@ def _answers(url: str, key: str, timeout: float) -> bool:
 
 
 def probe_models(url: str, model: str, timeout: float = PROBE_TIMEOUT_S, agent: str = "openai",
-                 models_required: bool = False) -> str:
+                 models_required: bool = False, fleet: bool = False) -> str:
     """GET ``{url}/models`` as the client would (with the key): a note on what answered, or
     ConfigError saying why the endpoint is unusable (the key missing; unreachable, no answer in
     time: ``ServerUnreachable``; the key refused, a model list without ``model``:
     ``ServerRefused``). ``models_required``: an answer that is no model list (a 404, an HTML
-    page: no OpenAI-compatible server there) is refused too, and a 5xx is a server not up."""
+    page: no OpenAI-compatible server there) is refused too, and a 5xx is a server not up.
+    ``fleet``: a 5xx is a server not up (a proxy's 502/503 while the server behind it is down),
+    so the fleet asks it again later (``ServerPool.first_visit``), not a server that answered."""
     if "unix" in urlsplit(url).scheme:
         return f"{url}: a unix socket, not probed"
     key = api_key(url)
@@ -274,7 +277,7 @@ def probe_models(url: str, model: str, timeout: float = PROBE_TIMEOUT_S, agent: 
             # every request of the run would be a 404 (EndpointRefused): the path, not the server
             raise ServerRefused(url, f"{url} has no /models (HTTP 404) but {url.rstrip('/')}/v1 has: the API is under /v1 "
                                 "there", f"give --base-url {url.rstrip('/')}/v1") from None
-        if models_required:
+        if models_required or (fleet and exc.code >= 500):
             refused = ServerUnreachable if exc.code >= 500 else ServerRefused
             raise refused(url, f"{url}/models answered HTTP {exc.code}: {_gist(exc.read(2000))}",
                           "check that an OpenAI-compatible server (vLLM, SGLang …) runs there") from None
