@@ -175,6 +175,21 @@ CASES = {
     "gold-percent-asks-number": ("By what percent did the price rise?", "25\\%", "\\boxed{25}", 1.0),
     "gold-percent-asks-sign": ("By what percent did the price rise?", "25\\%", "\\boxed{25\\%}", 1.0),
     "gold-percent-bare": ("How did the price change?", "25\\%", "\\boxed{25}", 0.0),
+    # a number math-verify's reading lost is a wrong answer: where the LaTeX does not parse it takes
+    # the last number it finds (3 \\relax 4, \\color{red}{3} 4, 3 ? 4 were 4), and it drops all from the
+    # first \\text{} of an answer that ends in text (3 \\text{ hours } 4 \\text{ minutes} was 3)
+    "lost-unknown": ("What is $2+2$?", "4", "\\boxed{3 \\relax 4}", 0.0),
+    "lost-color": ("What is $2+2$?", "4", "\\boxed{\\color{red}{3} 4}", 0.0),
+    "lost-question": ("What is $2+2$?", "4", "\\boxed{3 ? 4}", 0.0),
+    "lost-units": ("What is $1+2$?", "3", "\\boxed{3 \\text{ hours } 4 \\text{ minutes}}", 0.0),
+    "lost-units-sum": ("What is $1+2$?", "3", "\\boxed{3\\text{ cm} + 4\\text{ cm}}", 0.0),
+    "kept-color": ("What is $2+2$?", "4", "\\boxed{\\color{red} 4}", 1.0),
+    "kept-area": ("What is the area?", "12", "\\boxed{12\\text{ cm}^2}", 1.0),
+    "kept-aside": ("What is $2+2$?", "4", "\\boxed{4 \\text{ (since 2+2=4)}}", 1.0),
+    "kept-money": ("How much?", "1000.5", "\\boxed{\\$1{,}000.50}", 1.0),
+    "kept-speed": ("How fast is light?", "3 \\times 10^8", "\\boxed{3 \\times 10^8 \\text{ m/s}}", 1.0),
+    "kept-modulus": ("Solve $x+2 \\equiv 0 \\pmod 9$.", "7", "\\boxed{x \\equiv 7 \\pmod{9}}", 1.0),
+    "kept-half": ("What is half?", "\\frac{1}{2}", "\\boxed{0.5 \\text{ cm}}", 1.0),
 }
 
 

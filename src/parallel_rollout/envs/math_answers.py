@@ -1,10 +1,10 @@
 """What an answer says that math-verify's parse loses or misreads, checked on what it parsed.
 
 math-verify grades an equation's right side (``2+2=4`` is 4), so a false equation (``3=4``)
-scored for 4; it drops some negations (``\\neq 3`` was 3) and scripts on nothing (``{}_3 4`` was
-4); it matches decimals to six places, which a tiny answer has none of (``0.0`` matched 1/2^30).
-Each check here runs in a grader process (``math_grader``), on math-verify's parse of the
-answer, with sympy.
+scored for 4; it drops some negations (``\\neq 3`` was 3), scripts on nothing (``{}_3 4`` was
+4) and numbers of LaTeX it cannot parse (``3 \\relax 4`` was 4); it matches decimals to six
+places, which a tiny answer has none of (``0.0`` matched 1/2^30). Each check here runs in a
+grader process (``math_grader``), on math-verify's parse of the answer, with sympy.
 """
 
 from __future__ import annotations
@@ -20,6 +20,11 @@ _NEGATION = re.compile(r"\\(?:not|neq?)(?![A-Za-z])")
 #: a sub- or superscript with a number in it on nothing (``{}_3 4``, ``{}^{3} 4``, ``\\vphantom{x}_3 4``: a
 #: small 3 before the 4), which math-verify drops (all were 4)
 _PRESCRIPT = re.compile(r"(?:^|[{(\[,=+\-*/<>]|\{\s*\})\s*[_^]\s*(?:\{[^{}]*\d|\d)")
+#: a number as the answer shows it; a text group with the unit power after it and a modulus, whose
+#: numbers are no part of its value (``12\\text{ cm}^2``, ``4 \\text{ (since 2+2=4)}``,
+#: ``x \\equiv 7 \\pmod{9}``)
+_SHOWN_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_ASIDE = re.compile(r"\\(?:text|mbox)\s*\{[^{}]*\}(?:\^\s*(?:\d|\{[^{}]*\}))?|\\pmod\s*(?:\{[^{}]*\}|\d+)")
 #: a bar, or an invisible delimiter: parts numbers (``3 | 4``, ``3 \\right. 4`` were 4) where the
 #: parse kept one of them, not where it read the whole (``|3| + |4|``, ``\\left|3\\right|``)
 _BAR = r"\\(?:left|right)\s*[.|]|(?<![\\a-z])\|"
@@ -66,12 +71,44 @@ def misread(extracted: str, pred: list[Any]) -> tuple[str, Any] | None:
         return "the answer's negation was dropped in parsing", pred[0]
     if exprs and _PRESCRIPT.search(extracted):
         return "the answer writes a number as a script on nothing, which the parse dropped", pred[0]
+    if exprs and lost_number(extracted, pred):
+        return "the answer writes a number that math-verify's reading of it lost", pred[0]
     false = next((item for item in pred if false_equation(item)), None)
     if false is not None:
         return "the answer's equation is false", false
     if pred and two_numbers(extracted, pred[0]):
         return "the answer names two different numbers, of which the parse kept one", pred[0]
     return None
+
+
+def lost_number(extracted: str, pred: list[Any]) -> bool:
+    """Whether math-verify's reading ``pred`` of ``extracted`` lost a number the answer shows
+    outside its text: where the LaTeX does not parse, math-verify takes the last number it finds
+    (``3 \\relax 4``, ``\\color{red}{3} 4`` and ``3 ? 4`` were 4), and its removal of units drops
+    all from an answer's first text group when it ends in one (``3 \\text{ hours } 4 \\text{
+    minutes}`` was 3). The numbers of an equation's last side count, as math-verify grades it."""
+    from dataclasses import replace
+
+    from latex2sympy2_extended.math_normalization import normalize_latex
+    from math_verify import LatexExtractionConfig, parse
+
+    config = replace(LatexExtractionConfig().normalization_config, boxed="none", nits=False)
+    # an equation's last side is its answer (1 + 2 + \\dots + 10 = 55, which does not parse, is 55)
+    last_side = re.split(r"(?<![\\<>!])=", normalize_latex(extracted, replace(config, units=False)))[-1]
+    shown = _values(_ASIDE.sub(" ", last_side))
+    if any(not isinstance(item, str) for item in parse(as_latex(extracted), parsing_timeout=None,
+                                                        extraction_config=[LatexExtractionConfig()])):
+        kept = normalize_latex(extracted, config)  # what its LaTeX reading parsed
+    else:
+        kept = str(pred[0])  # what its fallback found in the text
+    return not shown <= _values(kept)
+
+
+def _values(text: str) -> set[Any]:
+    """The values of the numbers ``text`` writes (``1,000`` one number, ``5.50`` as ``5.5``)."""
+    from fractions import Fraction
+
+    return {Fraction(number) for number in _SHOWN_NUMBER.findall(re.sub(r"(?<=\d),(?=\d{3})", "", text))}
 
 
 def as_latex(answer: str) -> str:
