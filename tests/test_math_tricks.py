@@ -190,6 +190,12 @@ CASES = {
     "kept-speed": ("How fast is light?", "3 \\times 10^8", "\\boxed{3 \\times 10^8 \\text{ m/s}}", 1.0),
     "kept-modulus": ("Solve $x+2 \\equiv 0 \\pmod 9$.", "7", "\\boxed{x \\equiv 7 \\pmod{9}}", 1.0),
     "kept-half": ("What is half?", "\\frac{1}{2}", "\\boxed{0.5 \\text{ cm}}", 1.0),
+    # a group holding a number shows that number's digits where it stands: 3{4} shows 34 (math-verify added 7)
+    "brace-sum": ("What is $3+4$?", "7", "\\boxed{3{4}}", 0.0),
+    "brace-lead-sum": ("What is $3+4$?", "7", "\\boxed{{3}{4}}", 0.0),
+    "brace-digits": ("What is $30+4$?", "34", "\\boxed{3{4}}", 1.0),
+    "brace-fraction": ("What is $3/4$?", "\\frac{3}{4}", "\\boxed{\\frac{3}{4}}", 1.0),
+    "brace-power": ("What is $2^3$?", "8", "\\boxed{{2}^{3}}", 1.0),
 }
 
 

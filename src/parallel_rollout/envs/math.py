@@ -76,6 +76,9 @@ _CLOSING_POINT = re.compile(r"(?<=\d)\.(?=\s*(?:$|[,;)\]}%]|\\[}%)\]]|\\right))"
 _THIN_SPACE = re.compile(r"(?<=\d)\\,(?=\d{3}(?!\d))")
 #: a number right before a bracket, which multiplies it (``3(4)`` is 12; math-verify read 7)
 _TIMES_BRACKET = re.compile(r"(?<=\d)\s*(?=\(|\\left\s*\()")
+#: a group that holds a number alone and is no command's argument nor a script: it shows the number
+#: where it stands (``3{4}`` is 34; math-verify added 7)
+_NUMBER_GROUP = re.compile(r"(?<![\\A-Za-z^_}\]\s])(\s*)\{\s*(\d+(?:\.\d+)?)\s*\}")
 #: numbers with nothing but spaces between them (``5 6``): math-verify added them up (11)
 _SPACED_NUMBERS = re.compile(r"[+-]?\d+(?:\.\d+)?(?:\s+\d+(?:\.\d+)?)+")
 #: a number in e-notation, alone or in a longer answer (``2e5+1``, ``\\frac{2e5}{2}``): its
@@ -298,6 +301,8 @@ def _plain_numbers(answer: str, other: str) -> str:
     ``other`` holds Euler's number (``2e-1`` beside ``2e - 1`` stays 2e - 1)."""
     answer = _shown_text(_SYMBOL.sub(lambda symbol: f" {_SYMBOLS[symbol[0]]} ", answer))
     answer = _SPACING.sub(" ", _THIN_SPACE.sub("", _CLOSING_POINT.sub("", _visible(answer))))
+    while (grouped := _NUMBER_GROUP.sub(r"\1\2", answer)) != answer:  # {3}{4}: 3{4}, then 34
+        answer = grouped
     answer = _TIMES_BRACKET.sub(" \\\\cdot ", answer)
     if _SPACED_NUMBERS.fullmatch(answer.strip()):
         return ", ".join(answer.split())  # as many numbers as it writes, not their sum
