@@ -126,6 +126,8 @@ CASES = {
     "unicode-dot-right": ("What is $3 \\cdot 4$?", "12", "\\boxed{3 · 4}", 1.0),
     "unicode-sqrt": ("What is $\\sqrt{9}$?", "3", "\\boxed{√9}", 1.0),
     "unicode-times": ("What is $3 \\times 4$?", "12", "\\boxed{3×4}", 1.0),
+    "unicode-degrees": ("What is the angle of an equilateral triangle?", "60", "\\boxed{60°}", 1.0),
+    "unicode-degrees-sum": ("What is the angle of an equilateral triangle?", "60", "\\boxed{6°0}", 0.0),
     # ... and so does a reply's last line, where no answer line or box is
     "reply-or": ("What is $2+2$?", "4", "I think it is 3 or 4", 0.0),
     "reply-formulas-or": ("What is $2+2$?", "4", "Adding them up, it is $3$ or $4$.", 0.0),
