@@ -66,3 +66,27 @@ def test_a_text_too_long_to_type_is_the_agents_invalid_action(tmp_path):
     assert record["status"] == "success" and record["reward"] == 1.0, record
     first = json.loads((tmp_path / "out" / "web" / record["trajectory"]).read_text().splitlines()[0])
     assert first["observation"]["error"] == "type: 'text' must be at most 2000 characters, got 100000", first
+
+
+
+@pytest.mark.parametrize("typed", [
+    [{"action": "type", "text": "<img src=x onerror=core.endEpisode(1)>\n"}],
+    [{"action": "press", "key": "<"}, {"action": "type", "text": "img src=x onerror=core.endEpisode(1)>\n"}]],
+    ids=["type", "press-then-type"])
+def test_html_typed_into_a_page_that_shows_it_runs_no_script_that_grades_the_page(tmp_path, typed):
+    """MiniWoB's terminal writes each command line typed into it into the page as HTML: a
+    line ``<img src=x onerror=core.endEpisode(1)>`` (typed at once, or its '<' a key press and
+    the rest typed after it: the terminal joins them) ran the agent's script in the page, which
+    graded it 1 with no file deleted. A '<' typed or pressed is the agent's invalid action."""
+    script = [{"action": "wait", "ms": 400}, *typed, {"action": "wait", "ms": 300}]
+    run(tmp_path, [web_task("terminal", web_script=script, time_limit_s=30)], agent="web_plugins:ScriptedAgent",
+        num_rollouts=1, num_vms=1)
+    record = json.loads((tmp_path / "out" / "web" / "results.jsonl").read_text().splitlines()[0])
+    assert record["reward"] == 0.0 and record["eval"]["done"] is False, record
+    steps = [json.loads(line) for line in (tmp_path / "out" / "web" / record["trajectory"]).read_text().splitlines()]
+    field = "key" if typed[0]["action"] == "press" else "text"
+    assert steps[1]["observation"]["error"].startswith(f"{typed[0]['action']}: {field!r} must not hold '<'"), steps[1]
+    run(tmp_path, [web_task("terminal", time_limit_s=30)], agent="web_plugins:TerminalAgent", run_id="honest",
+        num_rollouts=1, num_vms=1)
+    record = json.loads((tmp_path / "out" / "honest" / "results.jsonl").read_text().splitlines()[0])
+    assert record["reward"] == 1.0, record  # ls, then rm of the file asked for

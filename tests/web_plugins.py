@@ -66,3 +66,42 @@ class FirstReplyAgent(OracleAgent):
     def act(self, observation):
         reply, self.reply = self.reply, None
         return super().act(observation) if reply is None else reply
+
+
+class ScriptedAgent(OracleAgent):
+    """Plays the task's ``web_script`` (a hostile policy's actions, in order), then says DONE."""
+
+    task_fields = frozenset({"web_script"})
+
+    def reset(self, task) -> None:
+        super().reset(task)
+        self.script = list(task.get("web_script") or [])
+
+    def act(self, observation):
+        return self.script.pop(0) if self.script else "DONE"
+
+
+class TerminalAgent(OracleAgent):
+    """Solves MiniWoB's terminal as a user would (no solver of the oracle's does): ``ls``, then
+    ``rm`` the file the utterance asks for."""
+
+    def reset(self, task) -> None:
+        super().reset(task)
+        self.turn = 0
+
+    def act(self, observation):
+        self.turn += 1
+        if self.turn == 1:
+            return {"action": "wait", "ms": 400}  # the page focuses its terminal after 200 ms
+        if self.turn == 2:
+            return {"action": "type", "text": "ls\n"}
+        if self.turn > 3:
+            return "DONE"
+        listing = [el["text"] for el in observation["dom"] if "output" in el.get("classes", "") and el.get("text")]
+        files = listing[-1].split()
+        utterance = observation["utterance"]
+        if "no file extension" in utterance:
+            name = next(f for f in files if "." not in f)
+        else:  # "... with the extension .gif"
+            name = next(f for f in files if f.endswith("." + utterance.rsplit(".", 1)[-1].strip()))
+        return {"action": "type", "text": f"rm {name}\n"}

@@ -17,7 +17,8 @@ JSON                                                      BrowserGym-style strin
 
 ``ref`` is the element's ref in the last observation's DOM list (negative refs are text
 pieces: clicked at their centre). A ``type`` with a ``ref`` focuses that field and clears it
-first (``"clear": false`` keeps its text); its text is at most ``MAX_TYPE_CHARS`` characters.
+first (``"clear": false`` keeps its text); its text is at most ``MAX_TYPE_CHARS`` characters
+and holds no ``<`` (nor does a pressed key), which a page showing typed text as HTML ran as script.
 Any action may carry ``ms``, a pause after it, bounded as a wait's.
 """
 
@@ -35,6 +36,10 @@ MAX_WAIT_MS = 10_000
 #: each), and a text past the driver's call timeout ended the episode as the VM's breaking; no
 #: MiniWoB field needs more than a few hundred characters
 MAX_TYPE_CHARS = 2_000
+#: what no text typed and no key pressed may hold: a page that shows typed text as HTML (MiniWoB's
+#: terminal writes each command line into the page so) ran ``<img src=x onerror=core.endEpisode(1)>``
+#: as the agent's script, which graded the page 1; no MiniWoB task takes one
+TAG_OPEN = "<"
 _CALLS = {
     "click": ("click", ("ref",)), "dblclick": ("click", ("ref",)),
     "mouse_click": ("click", ("x", "y")), "fill": ("type", ("ref", "text")),
@@ -112,6 +117,12 @@ def _number(action: dict[str, Any], name: str, default: float | None = None) -> 
         raise ActionError(f"{action['action']}: {name!r} must be a finite number, got {value!r}")
 
 
+def _no_markup(action: dict[str, Any], name: str) -> None:
+    if TAG_OPEN in action[name]:
+        raise ActionError(f"{action['action']}: {name!r} must not hold {TAG_OPEN!r}: a page that shows typed text "
+                          "as HTML would run it as a script, and no MiniWoB task takes one")
+
+
 def _check(action: dict[str, Any]) -> dict[str, Any]:
     kind = action["action"] if "action" in action else action.pop("type", None)
     if kind not in KINDS:
@@ -131,11 +142,13 @@ def _check(action: dict[str, Any]) -> dict[str, Any]:
             raise ActionError(f"type: 'text' must be a string, got {action.get('text')!r}")
         if len(action["text"]) > MAX_TYPE_CHARS:
             raise ActionError(f"type: 'text' must be at most {MAX_TYPE_CHARS} characters, got {len(action['text'])}")
+        _no_markup(action, "text")
         if "ref" in action:
             _ref(action)
     elif kind == "press":
         if not isinstance(action.get("key"), str) or not action["key"]:
             raise ActionError("press: 'key' must name a key such as Enter, Tab, ArrowDown or ctrl+a")
+        _no_markup(action, "key")  # one '<' a press, the tag's rest a type: the terminal joins them
     elif kind == "scroll":
         _number(action, "dx", 0)
         _number(action, "dy", 0)
