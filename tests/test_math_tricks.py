@@ -157,6 +157,8 @@ CASES = {
     "style-right": ("What is $2+2$?", "4", "\\boxed{\\displaystyle 4}", 1.0),
     "spaced-list": ("Solve $(x-3)(x-4)=0$.", "3, 4", "\\boxed{3\\; 4}", 1.0),
     "thousands": ("How many?", "10000", "\\boxed{10\\,000}", 1.0),
+    "thousands-space": ("How many?", "1000000", "\\boxed{1 000 000}", 1.0),
+    "thousands-space-sum": ("What is $1+2$?", "3", "\\boxed{1 000}", 0.0),
     # a \\text{} shows what it says: a number offered in it as an alternative is one (3 \\text{ (or 4)}
     # was 3), its digits are digits (\\text{3}4 shows 34; math-verify read 3 \\cdot 4)
     "text-or": ("What is $2+1$?", "3", "\\boxed{3 \\text{ (or 4)}}", 0.0),

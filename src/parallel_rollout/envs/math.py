@@ -79,6 +79,8 @@ _TIMES_BRACKET = re.compile(r"(?<=\d)\s*(?=\(|\\left\s*\()")
 #: a group that holds a number alone and is no command's argument nor a script: it shows the number
 #: where it stands (``3{4}`` is 34; math-verify added 7)
 _NUMBER_GROUP = re.compile(r"(?<![\\A-Za-z^_}\]\s])(\s*)\{\s*(\d+(?:\.\d+)?)\s*\}")
+#: a number whose digits spaces part in threes (``1 000 000``), as the SI writes it: one number
+_SPACED_THOUSANDS = re.compile(r"[+-]?\d{1,3}(?: \d{3})+(?:\.\d+)?")
 #: numbers with nothing but spaces between them (``5 6``): math-verify added them up (11)
 _SPACED_NUMBERS = re.compile(r"[+-]?\d+(?:\.\d+)?(?:\s+\d+(?:\.\d+)?)+")
 #: a number in e-notation, alone or in a longer answer (``2e5+1``, ``\\frac{2e5}{2}``): its
@@ -305,6 +307,8 @@ def _plain_numbers(answer: str, other: str) -> str:
     while (grouped := _NUMBER_GROUP.sub(r"\1\2", answer)) != answer:  # {3}{4}: 3{4}, then 34
         answer = grouped
     answer = _TIMES_BRACKET.sub(" \\\\cdot ", answer)
+    if _SPACED_THOUSANDS.fullmatch(answer.strip()):
+        return "".join(answer.split())  # 1 000 000: one number, its digits in threes
     if _SPACED_NUMBERS.fullmatch(answer.strip()):
         return ", ".join(answer.split())  # as many numbers as it writes, not their sum
     euler = _EULER.search(re.sub(r"\\[A-Za-z]+", "", _E_NUMBER.sub("", other)))
