@@ -159,6 +159,14 @@ CASES = {
     "thousands": ("How many?", "10000", "\\boxed{10\\,000}", 1.0),
     "thousands-space": ("How many?", "1000000", "\\boxed{1 000 000}", 1.0),
     "thousands-space-sum": ("What is $1+2$?", "3", "\\boxed{1 000}", 0.0),
+    # the ways a right answer is written score 1, whatever the checks above take apart
+    "honest-dfrac": ("What is $1/2$?", "\\frac{1}{2}", "So it is $\\dfrac{1}{2}$.", 1.0),
+    "honest-decimal": ("What is $1/2$?", "\\frac{1}{2}", "Answer: 0.5", 1.0),
+    "honest-root": ("What is $\\sin 60^\\circ$?", "\\frac{\\sqrt{3}}{2}", "\\boxed{\\sqrt{3}/2}", 1.0),
+    "honest-named": ("Solve $x+1=5$.", "4", "So $x = 4$.", 1.0),
+    "honest-period": ("What is $2+2$?", "4", "The answer is \\boxed{4.}", 1.0),
+    "honest-comma": ("How many?", "1000", "\\boxed{1{,}000}", 1.0),
+    "honest-units-prose": ("How wide is it?", "12", "The width is $12\\text{ cm}$.", 1.0),
     # a \\text{} shows what it says: a number offered in it as an alternative is one (3 \\text{ (or 4)}
     # was 3), its digits are digits (\\text{3}4 shows 34; math-verify read 3 \\cdot 4)
     "text-or": ("What is $2+1$?", "3", "\\boxed{3 \\text{ (or 4)}}", 0.0),
