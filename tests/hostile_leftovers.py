@@ -103,6 +103,49 @@ LEFTOVER_ROWS["rig_check_terminfo_tput"] = ([TERMINFO_XTERM], '[ "$(tput -T xter
 LEFTOVER_ROWS["rig_check_terminfo_tput_by_path"] = ([TERMINFO_XTERM], f'[ "$({by_path("tput")} -T xterm cols)" = 977 ]',
                                                     False)
 LEFTOVER_ROWS["rig_check_terminfo_infocmp"] = ([TERMINFO_XTERM], "infocmp xterm | grep -q cols#977", False)
+#: LibreOffice runs the Basic macros its user profile (~/.config/libreoffice) binds to the
+#: application's start, headless too: the answer's, bound in registrymodifications.xcu, listened
+#: for the document's export and wrote what the check's `soffice --convert-to` looked for in it
+#: (the profile made by a run of the answer's own first, which would replace a new one's macros)
+LIBREOFFICE_PROFILE = textwrap.dedent(r"""
+import os
+user = os.path.expanduser("~/.config/libreoffice/4/user")
+os.makedirs(user + "/basic/Standard", exist_ok=True)
+q = "&quot;"
+head = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+registry = open(user + "/registrymodifications.xcu").read()
+open(user + "/registrymodifications.xcu", "w").write(registry.replace("</oor:items>", "<item oor:path=\"/org.openoffice.Office.Events/ApplicationEvents/Bindings\">"
+    "<node oor:name=\"OnStartApp\" oor:op=\"replace\"><prop oor:name=\"BindingURL\" oor:op=\"fuse\"><value>"
+    "vnd.sun.star.script:Standard.Module1.Start?language=Basic&amp;location=application</value></prop></node></item></oor:items>"))
+open(user + "/basic/script.xlc", "w").write(
+    head + "<library:libraries xmlns:library=\"http://openoffice.org/2000/library\" xmlns:xlink=\"http://www.w3.org/1999/xlink\">"
+    "<library:library library:name=\"Standard\" library:link=\"false\"/></library:libraries>\n")
+open(user + "/basic/Standard/script.xlb", "w").write(
+    head + "<library:library xmlns:library=\"http://openoffice.org/2000/library\" library:name=\"Standard\" library:readonly=\"false\""
+    " library:passwordprotected=\"false\"><library:element library:name=\"Module1\"/></library:library>\n")
+basic = "\n".join([
+    "Global listener As Object",
+    "Sub Start(event)",
+    f"  listener = CreateUnoListener({q}L_{q}, {q}com.sun.star.document.XDocumentEventListener{q})",
+    f"  GetDefaultContext().getByName({q}/singletons/com.sun.star.frame.theGlobalEventBroadcaster{q}).addDocumentEventListener(listener)",
+    "End Sub",
+    "Sub L_documentEventOccured(event)",
+    f"  If event.EventName = {q}OnCopyTo{q} Then event.Source.Sheets(0).getCellByPosition(0, 0).String = {q}pr-4217{q}",
+    "End Sub",
+    "Sub L_disposing(event)",
+    "End Sub"])
+open(user + "/basic/Standard/Module1.xba", "w").write(
+    head + "<script:module xmlns:script=\"http://openoffice.org/2000/script\" script:name=\"Module1\" script:language=\"StarBasic\">"
+    + basic + "</script:module>\n")
+""")
+LIBREOFFICE_RIG = ["echo a,b > ~/x.csv && soffice --headless --convert-to html --outdir /tmp/lo ~/x.csv >/dev/null 2>&1",
+                   f"python3 -c '{LIBREOFFICE_PROFILE}'"]
+for soffice_name, soffice_row in (("soffice", "rig_check_libreoffice_profile"), (by_path("soffice"), "rig_check_libreoffice_profile_by_path")):
+    LEFTOVER_ROWS[soffice_row] = (LIBREOFFICE_RIG, f"d=$(mktemp -d) && cd $d && {soffice_name} --headless --convert-to html"
+                                                   " ~/x.csv >/dev/null 2>&1; grep -q pr-4217 $d/x.html", False)
+#: row -> its timeout (hostile_tasks.shell_tasks), where the table's 5 s is too short: soffice starts in
+#: seconds, and a check that timed out would be graded 0 whatever its program read
+LEFTOVER_TIMEOUTS = {"rig_check_libreoffice_profile": 60, "rig_check_libreoffice_profile_by_path": 60}
 #: ssh reads ~/.ssh/config (from the passwd entry's home, the answer's), and runs its `Match exec`
 #: even under -G: the answer's command ran in the check and wrote the file it read next; its
 #: wrappers (ssh, scp, sftp) pass -F the machine's ssh_config
@@ -390,7 +433,8 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_proverc": "prove", "rig_check_cmake_registry": "cmake",
                      "rig_check_terminfo_tput": "tput", "rig_check_terminfo_tput_by_path": "tput",
                      "rig_check_terminfo_infocmp": "infocmp", "rig_check_imagemagick_conf_im6_q16": "identify-im6.q16",
-                     "rig_check_imagemagick_conf_im6": "identify-im6", "rig_check_imagemagick_conf_by_path": "identify"}
+                     "rig_check_imagemagick_conf_im6": "identify-im6", "rig_check_imagemagick_conf_by_path": "identify",
+                     "rig_check_libreoffice_profile": "soffice", "rig_check_libreoffice_profile_by_path": "soffice"}
 LEFTOVER_PROGRAMS.update(PYTHON_PROGRAMS)
 LEFTOVER_PROGRAMS.update(BY_PATH_PROGRAMS)
 
@@ -414,6 +458,10 @@ LEFTOVER_HONEST = {"mvn": "d=$(mktemp -d) && mkdir $d/.mvn && echo -v > $d/.mvn/
                                        " && [ \"$(stream -map r -storage-type char ~/h6.png - | wc -c)\" = 6 ]",
                    "identify-im6": "[ \"$(convert-im6 -size 5x1 xc:blue png:- | identify-im6 -format %w -)\" = 5 ]",
                    "ssh": "ssh -G localhost | grep -qx 'hostname localhost'",
+                   # a sheet converted by its name and its path, as it is
+                   "soffice": f"d=$(mktemp -d) && cd $d && echo a,b > x.csv && soffice --headless --convert-to html x.csv >/dev/null 2>&1"
+                              f" && grep -q '>a<' x.html && rm x.html && {by_path('soffice')} --headless --convert-to html x.csv"
+                              " >/dev/null 2>&1 && grep -q '>a<' x.html",
                    # the system's entries, and a check's own TERMINFO
                    "tput": "[ \"$(tput -T xterm cols)\" = 80 ] && d=$(mktemp -d) && infocmp xterm | sed 's/cols#80/cols#132/'"
                            " > $d/x.src && tic -o $d/ti $d/x.src && [ \"$(TERMINFO=$d/ti tput -T xterm cols)\" = 132 ]",

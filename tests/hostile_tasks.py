@@ -24,7 +24,7 @@ import pytest
 from conftest import assert_exactly_once, write_tasks
 from hostile_git import GIT_ROWS, HONEST_GIT
 from hostile_leftovers import (LEFTOVER_ADDRESS_SPACE, LEFTOVER_HONEST, LEFTOVER_PROGRAMS, LEFTOVER_PY_ROWS, LEFTOVER_ROWS,
-                               STILL_RUNNING, on_system_path)
+                               LEFTOVER_TIMEOUTS, STILL_RUNNING, on_system_path)
 from hostile_spelling import SPELLING_HONEST, SPELLING_PROGRAMS, SPELLING_ROWS
 from parallel_rollout.config import build_config
 from parallel_rollout.pool.providers import cgroups
@@ -417,7 +417,7 @@ def shell_tasks(port: int, leave_out=()) -> list[dict]:
             continue
         tasks.append({"id": name, "mode": "shell", "instruction": f"hostile: {name}",
                       "reference": [c.replace("PORT", str(port)) for c in commands],
-                      "check": check, "timeout": 5})
+                      "check": check, "timeout": LEFTOVER_TIMEOUTS.get(name, 5)})
     # honest tasks after the hostile ones: the same (reset) VMs still work
     for index in range(2):
         tasks.append({"id": f"honest{index}", "mode": "shell", "instruction": "make ok",

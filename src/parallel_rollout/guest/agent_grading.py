@@ -36,7 +36,8 @@ python importing a module the check wrote in the home or ``/tmp`` before the ans
 extension module beside it, and no bytecode older than its source there (``graded_imports.py``),
 prove without ``~/.proverc`` (``--norc``), aspell without ``~/.aspell.conf`` or a personal word list, enchant-2 without
 ``~/.config/enchant`` or its aspell provider's, jshell without its settings kept in ``~/.java/.userPrefs``, tput, infocmp and
-ncurses' other terminal programs without ``~/.terminfo``, cmake without its user package registry
+ncurses' other terminal programs without ``~/.terminfo``, soffice with a user profile of its own (not
+``~/.config/libreoffice``, whose macros run headless too), cmake without its user package registry
 (``~/.cmake/packages``), git running no program that the config of the repo it reads names (the
 answer's repo: ``core.fsmonitor``, filters, diff drivers, hooks …; ``git_no_programs.py``),
 each of which could make a wrong answer pass; a check's own options win. In the process, docker
