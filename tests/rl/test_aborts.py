@@ -256,6 +256,39 @@ def test_a_request_queued_at_the_server_is_aborted_before_its_reply_begins(gate,
     assert agent.turn_record()["redone"] == 2 and agent.usage()["retries"] == 0
 
 
+def test_an_abort_url_is_told_of_a_request_aborted_in_the_servers_queue(tmp_path, llm_server, schedulers):
+    """suspend(abort=True) while a member's request waits in the server's queue (no chunk yet,
+    so no stream's id): the abort_url is told the id the request carries, as it is told a
+    streaming one's. Only its connection was closed, and a server that keeps working on a
+    request whose client hung up (what abort_url is for) was never told of it."""
+    told: list = []
+    table = TablePolicy(seed=0)
+    held: list = []
+
+    def first_queued(body):
+        if not held:  # the first model request: 30 s in the server's queue
+            held.append(body)
+            return {**table(body), "queue_s": 30}
+        return table(body)
+
+    server = llm_server(policy=first_queued, routes={"/abort_request": lambda body: told.append(body) or {}})
+    train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=1, abort_url="/abort_request"),
+                       EnvManagerConfig(num_env_groups=1, group_size=1, tags=["tiny"],
+                                        task_sets=lake_set(tmp_path, name="tiny", desc=TINY, max_steps=2)))
+    batch: list = []
+    thread = threading.Thread(target=lambda: batch.extend(train.get_batch(batch_size=1, step=0)), daemon=True)
+    thread.start()
+    wait_until(lambda: held, timeout=60)
+    time.sleep(0.2)
+    train.suspend(abort=True)
+    wait_until(lambda: server.aborts, timeout=5)  # its connection closed
+    wait_until(lambda: told, timeout=5)
+    train.resume(policy_version=1)
+    thread.join(60)
+    assert len(batch) == 1
+    assert held[0].get("rid") and told == [{"request_id": held[0]["rid"], "rid": held[0]["rid"]}], told
+
+
 @pytest.mark.parametrize("blocked", ["streaming", "queued"])
 def test_a_cancelled_member_is_aborted_without_killing_its_worker(tmp_path, llm_server, schedulers, blocked):
     """group_size_redundancy=1, the loser blocked 30 s in a model request: streaming slowly,

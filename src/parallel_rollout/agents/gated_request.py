@@ -61,6 +61,7 @@ class GatedRequests:
         import openai
 
         abortable = stream_abort.abortable(self.config, base_url, self._sockets)
+        request = stream_abort.named(request, abortable)  # aborted in the server's queue: no stream's id to tell
         self._abortable = abortable
         if cancelled():  # after the abortable is known: a cancel sees it, or is seen here
             self._abortable = None

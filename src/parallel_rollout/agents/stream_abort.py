@@ -2,7 +2,8 @@
 gate, or, without one, answered whole, whose connection a cancel shuts): its kill switch
 (``Abortable``), the client's sockets an abort shuts before a response has come
 (``Sockets``), and the server's abort endpoint for one that must be told (``abort_url``,
-``abort_endpoint``; a request answered whole is told by an id of its own, ``named``). What a stream is, and what an aborted one leaves: ``agents.streaming``.
+``abort_endpoint``; every request carries an id of its own, ``named``, which is told when
+no stream's id is known: a request answered whole, or aborted in the server's queue). What a stream is, and what an aborted one leaves: ``agents.streaming``.
 """
 
 from __future__ import annotations
@@ -84,6 +85,8 @@ class Abortable:
         self.abort_url = abort_url
         #: the stream's id (its first chunk's "id"), what ``abort_url`` is told
         self.request_id: str | None = None
+        #: the id the request carries in its body (``named``): told when no stream's id came
+        self.carried_id: str | None = None
         self._told = False
         self._sockets = sockets
         if sockets is not None:
@@ -111,7 +114,7 @@ class Abortable:
         with self._lock:
             self.aborted = True
             _shutdown(self._sock)
-            if self.request_id is not None:
+            if self.request_id is not None or self.carried_id is not None:
                 self._tell()
             waiting = self._sock is None
         if waiting and self._sockets is not None:
@@ -122,7 +125,8 @@ class Abortable:
         if self.abort_url is None or self._told:
             return
         self._told = True
-        threading.Thread(target=_post_abort, args=(self.abort_url, self.request_id), name="abort-url",
+        told = self.request_id or self.carried_id
+        threading.Thread(target=_post_abort, args=(self.abort_url, told), name="abort-url",
                          daemon=True).start()
 
 
@@ -134,7 +138,8 @@ def abortable(config: Any, base_url: str, sockets: Sockets) -> Abortable:
 
 def named(request: dict[str, Any], abortable: Abortable) -> dict[str, Any]:
     """``request`` with an id of its own when ``abortable`` has an abort_url to tell: a request
-    answered whole has no stream whose first chunk names it. The id goes in the body as
+    answered whole has no stream whose first chunk names it, nor has one aborted while it waits
+    in the server's queue (a stream's id, once it came, is told instead). The id goes in the body as
     ``rid`` (SGLang's, which its /abort_request reads) and ``request_id`` (vLLM's); one the
     run's ``extra_body`` gives is kept."""
     if abortable.abort_url is None:
@@ -142,7 +147,7 @@ def named(request: dict[str, Any], abortable: Abortable) -> dict[str, Any]:
     extra = dict(request.get("extra_body") or {})
     rid = extra.setdefault("rid", f"rollout-{uuid.uuid4().hex}")
     extra.setdefault("request_id", rid)
-    abortable.identify(rid)
+    abortable.carried_id = rid
     return {**request, "extra_body": extra}
 
 
