@@ -489,3 +489,38 @@ def test_a_resume_draws_no_progress_bar_that_the_session_it_resumes_asked_for(tm
     resumed = CliRunner().invoke(main, [*run, "--resume", "--limit", "2"])
     assert resumed.exit_code == 0, (resumed.output, resumed.exception)
     assert "\r" not in resumed.output and "2/2 samples finished" in resumed.output, resumed.output
+
+
+
+def test_a_full_disk_as_the_run_writes_its_report_exits_1_and_the_resume_writes_it(tmp_path):
+    """Every sample final, but the disk full when the run's end writes its files (here a
+    resume of the finished run, which is the run's end alone; one page left: summary.json
+    fits, report.html does not): it said the error and exited 0, so a cron job never learnt
+    to resume. Exit 1, naming the file and the resume that writes it; that resume, the disk
+    grown, does."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(k) for k in "abc"])
+    (tmp_path / "settings.toml").write_text("min-free-disk-mb = 0\n")
+    with small_tmpfs(tmp_path / "disk", "1m") as disk:
+        argv = [sys.executable, str(ROOT / "run_parallel_rollout.py"), "--mode", "shell", "--data", str(data),
+                "--config", str(tmp_path / "settings.toml"), "--output-dir", str(disk), "--run-id", "r",
+                "--no-progress"]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        run_dir = disk / "r"
+        (run_dir / "report.html").unlink()
+        with open(disk / "filler", "wb", buffering=0) as fh:  # the disk full but for one page
+            with contextlib.suppress(OSError):
+                while True:
+                    fh.write(b"f" * 4096)
+            fh.truncate(fh.tell() - 4096)
+        done = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=120)
+        said = " ".join(done.stderr.split())
+        assert done.returncode == 1, said
+        assert f"cannot write {run_dir / 'report.html'}: No space left on device" in said, said
+        assert f"--output-dir {disk} --run-id r --resume" in said, said
+        assert not (run_dir / "report.html").exists()
+        subprocess.run(["mount", "-o", "remount,size=4m", str(disk)], check=True)
+        done = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert json.loads((run_dir / "summary.json").read_text())["successes"] == 3
+        assert (run_dir / "report.html").exists()

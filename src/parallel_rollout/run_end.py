@@ -8,6 +8,7 @@
                      │           reason; 2 when the model endpoint refused the key or
                      │           model, or a VM is not what the settings ask), else 0
                      └─► report.gate.after_run: report.html, --junit-xml, the gates
+                              (summary.json or report.html not written: exit 1, for the resume)
 
 The summary lines (``format_summary``) and the message go to ``run.log`` here and to the
 console from the caller (the CLI prints the lines, then the message); the message always
@@ -85,7 +86,7 @@ def finish_run(config: RunConfig, run_dir: Path, run_id: str, *, total: int,
         late, interrupted = interrupted, None
         summary["interrupted"], summary["signal_after_end"] = False, late
         log.warning("signal %d came once every sample had ended: the run finished", late)
-    write_summary(run_dir, summary)
+    unwritten = [reason for reason in [write_summary(run_dir, summary)] if reason]
     # what the CLI prints last (the caller's to print): run.log ends the same way
     for line in format_summary(summary, run_dir).splitlines():
         log.info("%s", line, extra=NOT_ON_CONSOLE)
@@ -105,7 +106,11 @@ def finish_run(config: RunConfig, run_dir: Path, run_id: str, *, total: int,
         log.error(message, extra=NOT_ON_CONSOLE)
     from .report.gate import after_run
 
-    code, message = after_run(config, run_dir, code, message, summary)
+    code, message = after_run(config, run_dir, code, message, summary, unwritten=unwritten)
+    if unwritten and code == EXIT_OK:  # a cron job must learn that its run's files are missing
+        code = EXIT_ABORTED
+        message = f"{'; '.join(unwritten)}; every sample is final: once there is room, {resume_cmd} writes it"
+        log.error(message, extra=NOT_ON_CONSOLE)
     return RunOutcome(code, run_dir, summary, message, late_signal=late)
 
 
@@ -175,13 +180,16 @@ def read_summary(run_dir: Path) -> dict[str, Any] | None:
         return None
 
 
-def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+def write_summary(run_dir: Path, summary: dict[str, Any]) -> str | None:
     """Write summary.json whole or not at all, and never raise: on a full disk the run must
-    still release its lock and say how to resume; summary.json is rewritten by the resume."""
+    still release its lock and say how to resume (exit 1: summary.json is rewritten by the
+    resume). Returns why it was not written, or None."""
     try:
         write_text_whole(run_dir / "summary.json", json.dumps(summary, indent=2))
     except CannotWrite as exc:
         log.error("%s", exc)
+        return str(exc)
+    return None
 
 
 #: ``Runner.program`` of a run a Python call made (``api.run``): its resume is a call too

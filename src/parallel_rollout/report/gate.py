@@ -132,11 +132,11 @@ def missing_baseline(config: Any) -> str:
 
 
 def after_run(config: Any, run_dir: Path, exit_code: int, message: str,
-              summary: dict[str, Any] | None = None) -> tuple[int, str]:
+              summary: dict[str, Any] | None = None, unwritten: list[str] | None = None) -> tuple[int, str]:
     """Write the run's report files and apply its gates; returns the final (code, message).
     ``summary``: the one the run made, which they judge even when summary.json could not be
     written (a full disk): read back, an earlier session's passed a --fail-under this
-    session's numbers missed."""
+    session's numbers missed. ``unwritten``: gets why report.html was not written."""
     try:
         data = RunData.load(run_dir)
     except Exception:  # noqa: BLE001 - a report must never cost the run its lock release
@@ -148,6 +148,8 @@ def after_run(config: Any, run_dir: Path, exit_code: int, message: str,
         write_report(data)
     except CannotWrite as exc:  # a full disk, a read-only folder: said, not a traceback
         log.error("%s", exc)
+        if unwritten is not None:
+            unwritten.append(str(exc))
     except Exception:  # noqa: BLE001
         log.exception("cannot write %s", run_dir / "report.html")
     if config.junit_xml:
