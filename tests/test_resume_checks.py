@@ -314,6 +314,19 @@ def test_a_never_graded_attempt_a_resume_ran_again_is_counted_retried(tmp_path):
     assert "attempts: 3 (2 retried)" in ended.output, ended.output
 
 
+
+def test_a_resume_runs_a_never_graded_sample_up_to_its_own_max_retries(tmp_path):
+    """Attempts are numbered across sessions, and a resume retries while the attempt number
+    is below its own --max-retries: a never-graded sample gets one more attempt with the
+    same or a lower --max-retries, and attempts up to the new number with a higher one."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("t0")])
+    results = tmp_path / "out" / "r" / "results.jsonl"
+    for retries, resume, attempts in (("1", [], [0, 1]), ("3", ["--resume"], [0, 1, 2, 3]),
+                                      ("1", ["--resume"], [0, 1, 2, 3, 4])):
+        ended = cli(tmp_path, data, "--agent", "chaos_plugins:WorkerKillerAgent", "--max-retries", retries, *resume)
+        assert ended.exit_code == 1, ended.output
+        assert [json.loads(line)["attempt"] for line in results.read_text().splitlines()] == attempts
+
 #: a JSON line that is no attempt record -> what every reader of results.jsonl says of it
 NO_RECORD = {b"{}": "a record is a JSON object with a 'key' field; this one has none",
              b"[1, 2]": "a record is a JSON object with a 'key' field; this line is a list",
