@@ -48,7 +48,7 @@ def test_a_config_file_then_the_settings_over_it(tmp_path):
     ({"num_vm": 2}, r"run\(\): unknown key 'num_vm'; did you mean num_vms\?"),
     ({"flux_capacitor": 2}, r"run\(\): unknown key 'flux_capacitor'; keys are the flag names, e.g. num_vms"),
     ({"num_vms": "two"}, r"num_vms"),
-    ({"num_vms": 0, "use_vm_pool": True}, r"^num_vms must be at least 1 \(num_vms=0 in run\(\)\)"),
+    ({"num_vms": 0, "use_vm_pool": True}, r"^num_vms must be at least 1, got 0 \(num_vms=0 in run\(\)\)"),
     ({"screen_width": 800}, r"^screen_width is not used by this run: .* \(screen_width=800 in run\(\)\)"),
     ({"data": "/nowhere/tasks.jsonl"}, r"/nowhere/tasks\.jsonl"),
 ])

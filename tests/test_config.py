@@ -117,21 +117,22 @@ def test_cli_config_file_errors_exit_2(tmp_path):
 
 
 RANGE_ERRORS = [
-    (["--num-rollouts", "0"], "--num-rollouts must be at least 1"),
-    (["--num-rollouts", "-3"], "--num-rollouts must be at least 1"),
-    (["--use-vm-pool", "--num-vms", "0"], "--num-vms must be at least 1"),
-    (["--max-turns", "0"], "--max-turns must be at least 1"),
-    (["--max-retries", "-1"], "--max-retries must be 0 or more"),
+    (["--num-rollouts", "0"], "--num-rollouts must be at least 1, got 0"),
+    (["--num-rollouts", "-3"], "--num-rollouts must be at least 1, got -3"),
+    (["--use-vm-pool", "--num-vms", "0"], "--num-vms must be at least 1, got 0"),
+    (["--max-turns", "0"], "--max-turns must be at least 1, got 0"),
+    (["--max_steps", "0"], "--max_steps must be at least 1, got 0"),
+    (["--max-retries", "-1"], "--max-retries must be 0 or more, got -1"),
     (["--task-timeout", "0"], "--task-timeout must be positive"),
     (["--task-timeout", "nan"], "--task-timeout must be positive"),
     (["--boot-timeout-s", "0"], "--boot-timeout-s must be positive (seconds), got 0"),
     (["--boot-timeout-s", "-5"], "--boot-timeout-s must be positive (seconds), got -5"),
     (["--boot-timeout-s", "nan"], "--boot-timeout-s must be positive (seconds), got nan"),
-    (["--use-vm-pool", "--envs-per-worker", "0"], "--envs-per-worker must be at least 1"),
-    (["--max-concurrent-rollouts", "0"], "--max-concurrent-rollouts must be at least 1"),
-    (["--group-size", "0"], "--group-size must be at least 1"),
-    (["--limit", "0"], "--limit must be at least 1"),
-    (["--screen-width", "0"], "--screen-width must be at least 1"),
+    (["--use-vm-pool", "--envs-per-worker", "0"], "--envs-per-worker must be at least 1, got 0"),
+    (["--max-concurrent-rollouts", "0"], "--max-concurrent-rollouts must be at least 1, got 0"),
+    (["--group-size", "0"], "--group-size must be at least 1, got 0"),
+    (["--limit", "0"], "--limit must be at least 1, got 0"),
+    (["--screen-width", "0"], "--screen-width must be at least 1, got 0"),
     (["--run-id", ".."], "--run-id '..' must be a plain folder name"),
     (["--run-id", "a/b"], "must be a plain folder name"),
     (["--num-rollouts", "two"], "'two' is not a valid integer"),
@@ -349,7 +350,7 @@ def test_a_bad_value_off_the_command_line_says_where_it_was_set(tmp_path, monkey
                        f"(resume = true in {path})")
     path.write_text("use-vm-pool = true\nnum-vms = 0\n")
     assert_usage_error(invoke(tmp_path, "--config", str(path), "--run-id", "r"), tmp_path,
-                       f"--num-vms must be at least 1 (num-vms = 0 in {path})")
+                       f"--num-vms must be at least 1, got 0 (num-vms = 0 in {path})")
     monkeypatch.setenv("PARALLEL_ROLLOUT_FAIL_UNDER", "80")
     assert_usage_error(invoke(tmp_path), tmp_path, "(fail-under = 80 from the environment variable "
                                                    "PARALLEL_ROLLOUT_FAIL_UNDER)")
@@ -363,7 +364,7 @@ def test_a_bad_value_off_the_command_line_says_where_it_was_set(tmp_path, monkey
     stored.write_text(json.dumps({"config": {"max_turns": 0, "explicit": ["max_turns"]}}))
     result = CliRunner().invoke(main, ["--output-dir", str(tmp_path / "out"), "--run-id", "r", "--resume"])
     assert result.exit_code == 2, result.output
-    assert f"--max-turns must be at least 1 (max_turns = 0 in {stored}, which --resume reads)" in \
+    assert f"--max-turns must be at least 1, got 0 (max_turns = 0 in {stored}, which --resume reads)" in \
         " ".join(result.output.split())
 
 

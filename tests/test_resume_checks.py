@@ -167,7 +167,7 @@ def test_resume_needs_a_run_id_and_names_a_missing_run(tmp_path):
 
 @pytest.mark.parametrize("key, value, said", [
     ("min_free_disk_mb", -1, "min_free_disk_mb must be 0 or more, got -1 (min_free_disk_mb = -1 in "),
-    ("max_turns", 0, "--max-turns must be at least 1 (max_turns = 0 in "),
+    ("max_turns", 0, "--max-turns must be at least 1, got 0 (max_turns = 0 in "),
 ])
 def test_a_bad_value_in_a_resumed_runs_config_json_is_said_as_the_file_writes_it(tmp_path, finished_run, key, value,
                                                                                    said):

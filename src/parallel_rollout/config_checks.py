@@ -150,31 +150,37 @@ CHOICES = {"observation_type": ("screenshot", "a11y_tree", "screenshot_a11y_tree
            "verify_reset": ("off", "fast", "full"), "rag_metric": ("f1", "em"), "reset_command": ("none",)}
 
 
+def _out_of_range(cfg: Any, name: str, rule: str) -> ConfigError:
+    """The error of a number out of its range, said one way: the setting as the user named
+    it, the range, and the value given (``--max_steps must be at least 1, got 0``)."""
+    return ConfigError(f"{setting_name(cfg, name)} must be {rule}, got {getattr(cfg, name):g}")
+
+
 def validate_ranges(cfg: Any) -> None:
     """Numbers that make no sense, and combinations that cannot work."""
     positive = ("num_rollouts", "num_vms", "max_turns", "envs_per_worker", "group_size",
                 "screen_width", "screen_height")
     for name in positive:
         if getattr(cfg, name) < 1:
-            raise ConfigError(f"{setting_name(cfg, name)} must be at least 1")
+            raise _out_of_range(cfg, name, "at least 1")
     if cfg.max_retries < 0:
-        raise ConfigError(f"{setting_name(cfg, 'max_retries')} must be 0 or more")
+        raise _out_of_range(cfg, "max_retries", "0 or more")
     if cfg.resume and not cfg.run_id:
         raise ConfigError("--resume needs the --run-id of the run to continue (a new run's id is new)")
     for name in ("task_timeout", "boot_timeout_s", "lease_timeout_s", "ack_timeout_s", "start_timeout_s", "api_timeout_s"):
         # also rejects NaN, which would disable the timeout; 0 would fail every boot or lease
         value = getattr(cfg, name)
         if not value > 0:
-            raise ConfigError(f"{setting_name(cfg, name)} must be positive (seconds), got {value:g}")
+            raise _out_of_range(cfg, name, "positive (seconds)")
     for name in ("shutdown_grace_s", "max_vm_replacements", "min_free_disk_mb", "spare_vms"):
         value = getattr(cfg, name)
         if value is not None and not value >= 0:
-            raise ConfigError(f"{setting_name(cfg, name)} must be 0 or more, got {value:g}")
+            raise _out_of_range(cfg, name, "0 or more")
     check_token_settings(cfg)
     for name in ("limit", "max_tokens", "vm_memory_mb", "vm_max_processes", "max_concurrent_rollouts"):
         value = getattr(cfg, name)
         if value is not None and value < 1:
-            raise ConfigError(f"{setting_name(cfg, name)} must be at least 1")
+            raise _out_of_range(cfg, name, "at least 1")
     if cfg.observation_type not in CHOICES["observation_type"]:
         raise ConfigError(f"{flag_name(cfg, 'observation_type')} must be screenshot, a11y_tree or screenshot_a11y_tree")
     if cfg.action_space not in CHOICES["action_space"]:  # envs/osworld/actions.ACTION_SPACES
@@ -191,7 +197,7 @@ def validate_ranges(cfg: Any) -> None:
         raise ConfigError(f"{setting_name(cfg, 'rag_metric')} must be f1 or em")
     for name in ("sleep_after_execution", "server_cooldown"):
         if not getattr(cfg, name) >= 0:
-            raise ConfigError(f"{setting_name(cfg, name)} must be 0 or more (seconds)")
+            raise _out_of_range(cfg, name, "0 or more (seconds)")
     servers = [cfg.base_url] if isinstance(cfg.base_url, str) else cfg.base_url or ()
     for url in servers:
         check_base_url(url, flag_name(cfg, "base_url"))
@@ -200,7 +206,7 @@ def validate_ranges(cfg: Any) -> None:
     if not cfg.session_header.strip() or any(c in cfg.session_header for c in ":\r\n "):
         raise ConfigError(f"{setting_name(cfg, 'session_header')} {cfg.session_header!r} must be an HTTP header name, e.g. X-Session-ID")
     if cfg.temperature is not None and not 0 <= cfg.temperature <= 2:
-        raise ConfigError(f"{setting_name(cfg, 'temperature')} must be between 0 and 2")
+        raise _out_of_range(cfg, "temperature", "between 0 and 2")
     extras = {**cfg.sampling, **cfg.extra_body}
     reserved = sorted(RESERVED_REQUEST_FIELDS & set(cfg.extra_body))
     if reserved:
