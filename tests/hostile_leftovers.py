@@ -143,6 +143,20 @@ LIBREOFFICE_RIG = ["echo a,b > ~/x.csv && soffice --headless --convert-to html -
 for soffice_name, soffice_row in (("soffice", "rig_check_libreoffice_profile"), (by_path("soffice"), "rig_check_libreoffice_profile_by_path")):
     LEFTOVER_ROWS[soffice_row] = (LIBREOFFICE_RIG, f"d=$(mktemp -d) && cd $d && {soffice_name} --headless --convert-to html"
                                                    " ~/x.csv >/dev/null 2>&1; grep -q pr-4217 $d/x.html", False)
+#: GIMP loads the Script-Fu scripts of its user folder (~/.config/GIMP/2.10/scripts) as it starts,
+#: batch mode too, and runs their top-level code: the answer's wrote what the check then read
+GIMP_SCRIPT = ("mkdir -p ~/.config/GIMP/2.10/scripts && echo '(let ((port (open-output-file \"/tmp/gimp-out.txt\")))"
+               " (display \"pr-4217\" port) (close-output-port port))' > ~/.config/GIMP/2.10/scripts/pr.scm")
+#: rows whose program does not start in a table VM's 256 MB (GIMP's batch mode is killed there):
+#: name -> (shell commands of the answer, check), run on bigger VMs (test_hostile_answers)
+BIG_VM_ROWS = {gimp_row: ([GIMP_SCRIPT], f"rm -f /tmp/gimp-out.txt; {gimp_name} -i -b '(gimp-quit 0)' >/dev/null 2>&1;"
+                                         " grep -q pr-4217 /tmp/gimp-out.txt")
+               for gimp_name, gimp_row in (("gimp", "rig_check_gimp_script"),
+                                           (by_path("gimp-console"), "rig_check_gimp_script_by_path"))}
+#: the honest checks of those rows' programs (a batch run by its name and its path, a check's own script)
+BIG_VM_HONEST = ("d=$(mktemp -d) && gimp -i -b \"(let ((p (open-output-file \\\"$d/out\\\"))) (display 5 p)"
+                 " (close-output-port p))\" -b '(gimp-quit 0)' >/dev/null 2>&1 && grep -qx 5 $d/out"
+                 f" && {by_path('gimp-console')} -i -b '(gimp-quit 0)' >/dev/null 2>&1")
 #: row -> its timeout (hostile_tasks.shell_tasks), where the table's 5 s is too short: soffice starts in
 #: seconds, and a check that timed out would be graded 0 whatever its program read
 LEFTOVER_TIMEOUTS = {"rig_check_libreoffice_profile": 60, "rig_check_libreoffice_profile_by_path": 60}

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from conftest import read_results, shell_task
-from hostile_leftovers import LEFTOVER_NOT_AS_NOBODY
+from hostile_leftovers import BIG_VM_HONEST, BIG_VM_ROWS, LEFTOVER_NOT_AS_NOBODY, on_system_path
 from hostile_tasks import (GOT_IT, IS_ROOT, NEEDS_ADDRESS_SPACE, PY_ROWS, SHELL_ROWS, _host_marks, check_row,
                            loopback, py_tasks, run_pool, shell_tasks, unbounded_rows)  # noqa: F401 - fixture
 from nobody_runs import _delegated_pids_cgroup, _nobody_can_run, _run_as_nobody
@@ -101,6 +101,23 @@ def test_200_tasks_50_hostile_on_two_vms(tmp_path, loopback):
         assert record["reward"] == expected, record
     assert summary["vm"]["replacements"] == 0 and summary["vm"]["marked_dead"] == 0
     assert loopback.connections == 0 and not _host_marks()
+
+
+@pytest.mark.skipif(not on_system_path("gimp") or not on_system_path("gimp-console"), reason="the host has no GIMP")
+def test_rows_that_need_a_bigger_vm_are_graded_zero(tmp_path):
+    """GIMP's batch mode is killed in a table VM's 256 MB: its rows, and its honest check, which
+    must pass, run on VMs of 1.5 GB."""
+    tasks = [{"id": name, "mode": "shell", "instruction": name, "reference": commands, "check": check, "timeout": 60}
+             for name, (commands, check) in BIG_VM_ROWS.items()]
+    tasks.append({"id": "honest_gimp", "mode": "shell", "instruction": "nothing", "reference": ["true"],
+                  "check": BIG_VM_HONEST, "timeout": 60})
+    finals, _, code = run_pool(tmp_path, "shell", tasks, vm_memory_mb=1536)
+    assert code == 0
+    for name in BIG_VM_ROWS:
+        record = finals[f"{name}#0"]
+        assert record["status"] == "failure" and record["reward"] == 0.0, record
+        assert not record["eval"].get("check_timeout"), record["eval"]
+    assert finals["honest_gimp#0"]["status"] == "success", finals["honest_gimp#0"]
 
 
 # ------------------------------------------------------------------ as an unprivileged user

@@ -47,7 +47,8 @@ def test_the_wheel_ships_licence_types_script_and_a_lean_base(wheel):
                                  "vim", "vi", "view", "ex", "vimdiff", "rvim", "rview", "vim.basic", "vim_no_home.sh", "npm", "npx", "npm_no_home.sh",
                                  "pytest", "py.test", "python3", "pytest_no_above.sh",
                                  "valgrind", "make", "gmake", "javac", "java", "prove", "cmake", "cmake_no_registry.cmake", "aspell", "enchant-2", "jshell", "tput", "infocmp", "clear", "tabs", "tset", "reset", "toe",
-                                 "terminfo_no_home.sh", "soffice", "libreoffice", "soffice_no_home.sh", "wrap.sh", "wgetrc", "node_no_home.js",
+                                 "terminfo_no_home.sh", "soffice", "libreoffice", "soffice_no_home.sh", "gimp", "gimp-console",
+                                 "gimp_no_home.sh", "wrap.sh", "wgetrc", "node_no_home.js",
                                  "git_no_programs.py", "module_folder_last.py", "sitecustomize.py", "pytest_judged.py", "pytest_judge",
                                  "graded_imports.py", "env", "graded_folders")}
     assert "parallel_rollout/py.typed" in names
@@ -55,7 +56,7 @@ def test_the_wheel_ships_licence_types_script_and_a_lean_base(wheel):
     data = ("wrap.sh", "wgetrc", "node_no_home.js", "git_no_programs.py", "magick_no_home.sh", "ssh_no_home.sh",
             "vim_no_home.sh", "npm_no_home.sh", "pytest_no_above.sh",
             "module_folder_last.py", "sitecustomize.py", "pytest_judged.py", "pytest_judge", "graded_imports.py",
-            "cmake_no_registry.cmake", "graded_folders", "terminfo_no_home.sh", "soffice_no_home.sh")
+            "cmake_no_registry.cmake", "graded_folders", "terminfo_no_home.sh", "soffice_no_home.sh", "gimp_no_home.sh")
     assert all(bool(mode & 0o111) is (name not in data) for name, mode in wrappers.items()), wrappers
     assert licence.startswith("MIT License") and metadata["License-Expression"] == "MIT"
     assert "parallel-rollout = parallel_rollout.cli:main" in entry_points

@@ -37,7 +37,8 @@ extension module beside it, and no bytecode older than its source there (``grade
 prove without ``~/.proverc`` (``--norc``), aspell without ``~/.aspell.conf`` or a personal word list, enchant-2 without
 ``~/.config/enchant`` or its aspell provider's, jshell without its settings kept in ``~/.java/.userPrefs``, tput, infocmp and
 ncurses' other terminal programs without ``~/.terminfo``, soffice with a user profile of its own (not
-``~/.config/libreoffice``, whose macros run headless too), cmake without its user package registry
+``~/.config/libreoffice``, whose macros run headless too), gimp with a user folder of its own (not
+``~/.config/GIMP``, whose scripts load in batch mode too), cmake without its user package registry
 (``~/.cmake/packages``), git running no program that the config of the repo it reads names (the
 answer's repo: ``core.fsmonitor``, filters, diff drivers, hooks …; ``git_no_programs.py``),
 each of which could make a wrong answer pass; a check's own options win. In the process, docker
