@@ -325,3 +325,23 @@ def test_a_run_given_osworlds_result_dir_says_the_command_that_writes_its_layout
     summary = json.loads((tmp_path / "results" / "r" / "summary.json").read_text())
     # summary.json keeps four decimals
     assert summary["success_rate"] == pytest.approx(sum(scores["os"]) / len(scores["os"]), abs=1e-4), summary
+
+
+@needs_set
+def test_a_run_given_osworlds_result_dir_where_no_sample_finished_names_no_export(tmp_path):
+    """The model endpoint refused the run's key at its first answer: no sample has a final
+    attempt, and ``runs export-osworld`` would refuse ('no final attempt'), yet the run's end
+    named it. It names it only once a sample finished."""
+    (tmp_path / "one.json").write_text(json.dumps({INFEASIBLE[0]: [INFEASIBLE[1]]}))
+    server = LLMServer(policy=lambda body: {"status": 401, "message": "invalid api key"}).start()
+    try:
+        with pytest.MonkeyPatch.context() as env:
+            env.delenv("OPENAI_API_KEY", raising=False)
+            env.chdir(tmp_path)
+            ran = cli("run", "--test_config_base_dir", str(EXAMPLES), "--test_all_meta_path", "one.json",
+                      "--result_dir", "./results", "--agent", "openai", "--base-url", server.url, "--model",
+                      "m", "--run-id", "r", "--no-progress", "--screen_width", "640", "--screen_height", "480")
+    finally:
+        server.stop()
+    assert ran.exit_code == 2, ran.output
+    assert "refused" in ran.output and "export-osworld" not in ran.output, ran.output

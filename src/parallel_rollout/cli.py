@@ -428,7 +428,8 @@ def _run(ctx: click.Context, config_file: str | None, dry_run: bool, print_confi
         from .provenance import program
         from .report.osworld_export import layout_hint
 
-        say(layout_hint(outcome.run_dir, config.output_dir, program()))
+        if hint := layout_hint(outcome.run_dir, config.output_dir, program()):
+            say(hint)
     if outcome.message:
         say(outcome.message, err=True)
     end_command(outcome.exit_code)

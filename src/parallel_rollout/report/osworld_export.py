@@ -106,13 +106,17 @@ def export_osworld(run_dir: str | Path, result_dir: str | Path, *, sample: int =
     return out
 
 
-def layout_hint(run_dir: str | Path, result_dir: str, program: str) -> str:
+def layout_hint(run_dir: str | Path, result_dir: str, program: str) -> str | None:
     """The line a run given OSWorld's ``--result_dir`` ends with: that folder holds the run's
     own ``<run-id>/``, where OSWorld's show_result.py finds nothing, so it names the layout
-    show_result.py reads there and the command, as typed, that fills it."""
+    show_result.py reads there and the command, as typed, that fills it. None while no sample
+    has a final attempt: the command would refuse ('no final attempt')."""
     import shlex
 
-    config = RunData.load(run_dir, with_events=False).config
+    run = RunData.load(run_dir, with_events=False)
+    if not any(r.get("sample_idx") == 0 for r in run.finals.values()):
+        return None
+    config = run.config
     layout = "/".join([result_dir.rstrip("/") or "/", str(config.get("action_space") or "pyautogui"),
                        str(config.get("observation_type") or "screenshot"), _model_name(config)])
     return (f"OSWorld's layout, which its show_result.py reads ({layout}/<domain>/<example id>/): "
