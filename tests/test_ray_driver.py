@@ -13,6 +13,7 @@ tests/test_ray_backend.py.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -290,12 +291,14 @@ def test_a_driver_that_never_set_ray_s_address_variable_joins_a_cluster_on_loopb
     assert_exactly_once(tmp_path / "loop", {f"{i}#0" for i in SHELL_IDS[:2]})
 
 
-def test_an_rl_run_goes_on_when_one_node_of_several_is_lost(cluster, tmp_path):
+def test_an_rl_run_goes_on_when_one_node_of_several_is_lost(cluster, tmp_path, caplog):
     """A node removed mid-run under the RL scheduler (gym: no VM pool, whose watch would say
     the node is gone): its worker's death came before the node poll saw the node leave, the
     worker was respawned pinned to it, each respawn failed at once as a crash, and the crash
     limit stopped the whole run within half a second. The node is lost, the run goes on, and
-    the scheduler's stats() says which node it lost and why (its ``ray`` section)."""
+    the scheduler's stats() says which node it lost and why (its ``ray`` section). The trainer
+    is told of the loss in one line, not a line more for each worker that died with the node
+    (their deaths stay in events.jsonl)."""
     from llm_server import LLMServer
     from parallel_rollout.rl import EnvManagerConfig, RolloutScheduler
     from rl_support import TINY, lake_set, rl_config
@@ -338,3 +341,5 @@ def test_an_rl_run_goes_on_when_one_node_of_several_is_lost(cluster, tmp_path):
     assert [n for n, said in used.items() if said["lost"]] == [node.node_id] and len(used) >= 2, used
     assert stats["ray"]["nodes_left_out"] == {}, stats["ray"]
     assert sum(e.get("event") == "worker_died" for e in events()) <= 3, events()
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and node.node_id[:8] in r.getMessage()]
+    assert len(said) == 1 and "left the cluster" in said[0], said

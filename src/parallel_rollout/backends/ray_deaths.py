@@ -82,18 +82,21 @@ class WorkerDeaths:
                 self._reclaimed(w, said, [], exc)
         else:
             self._reclaimed(w, said, [], None)
-        log.warning("worker %s (node %s, pid %s) died: %s", w.worker_id, w.node_id[:8], w.pid, reason)
         for ident, item in list(w.assigned.items()):
             started_at = w.started[ident].started_at
             self._settle(w, ident)
             exc = WorkerDied(f"{reason} while running attempt {item.attempt} of {item.key}")
             self.hooks.record(self._died_record(w, item, exc, started_at))
+        node = self._nodes[w.node_id]
+        # died with its node, which the poll has not seen leave yet: no crash, and no respawn
+        # pinned to a node that is gone
+        with_node = (not deliberate and not self.hooks.closing and node.alive
+                     and w.node_id not in (self._head.alive_nodes() or [w.node_id]))
+        if not (w.lost or with_node):  # else the loss of its node (or head) is the one line said
+            log.warning("worker %s (node %s, pid %s) died: %s", w.worker_id, w.node_id[:8], w.pid, reason)
         if self.hooks.closing:
             return
-        node = self._nodes[w.node_id]
-        if not deliberate and node.alive and w.node_id not in (self._head.alive_nodes() or [w.node_id]):
-            # the worker died with its node, which the poll has not seen leave yet: no crash,
-            # and no respawn pinned to a node that is gone
+        if with_node:
             self._lose_node(node, f"node {w.node_id[:8]} left the cluster")
             return
         self._crashes.resize(self.config.num_rollouts * max(1, len(self._nodes)))
