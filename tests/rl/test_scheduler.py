@@ -291,6 +291,25 @@ def test_a_group_filter_that_raises_ends_the_get_batch_with_its_error(shared, si
     assert len(train.get_batch(batch_size=4, step=0, timeout=60)) == 4
 
 
+
+@pytest.mark.parametrize("returned, said", [("keep", "'keep' (type str)"), (1, "1 (type int)"), ([], "[] (type list)")],
+                         ids=["str", "int", "list"])
+def test_a_group_filter_that_returns_no_bool_ends_the_get_batch_naming_what_it_returned(shared, sibling,
+                                                                                        returned, said):
+    """A filter that returns 'keep', 1 or a list: its group was dropped or kept by Python's
+    truthiness ('keep' dropped every group). get_batch raises, as for a filter that raises,
+    naming group_filter and what it returned; numpy's bool is a bool."""
+    import numpy
+
+    train = sibling(EnvManagerConfig(num_env_groups=2, group_size=2, tags=["tiny"], task_sets=tiny(shared)),
+                    group_filter=lambda group: returned, async_generation_ratio=1)
+    with pytest.raises(RolloutError, match=r"group_filter returned ") as caught:
+        train.get_batch(batch_size=4, step=0, timeout=30)
+    assert f"group_filter returned {said} on group " in str(caught.value), caught.value
+    assert "True drops the group, False keeps it" in str(caught.value)
+    train.group_filter = lambda group: numpy.bool_(False)
+    assert len(train.get_batch(batch_size=4, step=0, timeout=60)) == 4
+
 def test_validation_runs_each_task_once_while_training_goes_on(shared, sibling):
     base = shared[0]
     train = sibling(EnvManagerConfig(num_env_groups=2, group_size=2, tags=["tiny"], task_sets=tiny(shared)),

@@ -307,8 +307,8 @@ class GroupGeneration:
         self._fill()
 
     def _filtered_out(self, group: Group) -> bool:
-        """Whether the group filter drops ``group`` (counted). A filter that raises drops it
-        too (``dropped_filter_error``), and what it raised waits for get_batch, which raises
+        """Whether the group filter drops ``group`` (counted). A filter that raises, or returns
+        no bool, drops it too (``dropped_filter_error``), and what it raised waits for get_batch, which raises
         it: here, on the engine's thread, it would only be logged while the group went
         nowhere and the next one was started in its place, without end."""
         if self.group_filter is None:
@@ -316,13 +316,14 @@ class GroupGeneration:
         try:
             dropped = self.group_filter(group.trajectories())
         except Exception as exc:  # noqa: BLE001 - the trainer's code: get_batch raises it
-            self._stats["dropped_filter_error"] += 1
             error = RolloutError(f"group_filter raised on group {group.group_id} (tag {group.tag!r}): "
                                  f"{type(exc).__name__}: {exc}")
             error.__cause__ = exc
-            self._filter_error = error
-            self._cond.notify_all()
-            return True
+            return self._filter_failed(error)
+        if not _is_bool(dropped):  # 'keep', 1, a list: Python's truthiness would decide, silently
+            return self._filter_failed(RolloutError(
+                f"group_filter returned {dropped!r:.200} (type {type(dropped).__name__}) on group {group.group_id} "
+                f"(tag {group.tag!r}), not a bool: True drops the group, False keeps it"))
         if dropped and all(t.placeholder for t in group.done):
             # every member failed (placeholders only): a failure, which the budget counted
             # as one, not a group the filter judged (drop_equal_rewards always drops it)
@@ -331,6 +332,14 @@ class GroupGeneration:
             self._stats["dropped_filtered"] += 1
             self._budget.group_filtered()
         return bool(dropped)
+
+    def _filter_failed(self, error: RolloutError) -> bool:
+        """The group filter failed on a group: the group is dropped (``dropped_filter_error``)
+        and ``error`` waits for get_batch, which raises it."""
+        self._stats["dropped_filter_error"] += 1
+        self._filter_error = error
+        self._cond.notify_all()
+        return True
 
     def _rerun_given(self, group: Group) -> None:
         """A dropped group of get_batch(tasks=…): the same task again, in its place."""
@@ -455,3 +464,9 @@ class GroupGeneration:
             if self._stale(group):
                 self._drop(group, "stale")
         self._drop_ready(self._stale, "stale")
+
+
+def _is_bool(value: object) -> bool:
+    """A group filter's answer: a bool, or numpy's (``np.std(rewards) == 0`` gives one)."""
+    kind = type(value)
+    return isinstance(value, bool) or (kind.__module__ == "numpy" and kind.__name__ in ("bool_", "bool"))
