@@ -325,6 +325,7 @@ def main():
         train.get_batch(batch_size=2, step=1, timeout=120)
     except RolloutError as exc:
         print("get_batch:", exc, flush=True)
+        print("its class:", type(exc).__name__, flush=True)
         print("raised %.1fs after the head was killed" % (time.monotonic() - lost), flush=True)
     print("run folder:", train.run_dir, flush=True)
     train.close()
@@ -341,7 +342,10 @@ if __name__ == "__main__":
 def test_a_trainer_whose_head_node_is_lost_gets_the_error_and_exits_with_its_own_status(tmp_path):
     """An RL trainer's get_batch under way as the head node is killed: it raises naming the
     head, and the trainer's process ends promptly with the status it chose (3). Ray's core
-    worker, torn down at the interpreter's exit without its head, killed it with SIGSEGV."""
+    worker, torn down at the interpreter's exit without its head, killed it with SIGSEGV. The
+    error is a ClusterLost that says what to do before Ray ends the process (save state_dict(),
+    resume=True and load_state_dict on a cluster again): a RolloutError said only that the
+    engine stopped, like any other stop."""
     from pathlib import Path
 
     tests = Path(__file__).parent
@@ -354,6 +358,10 @@ def test_a_trainer_whose_head_node_is_lost_gets_the_error_and_exits_with_its_own
         stdout, stderr = communicate(proc, 120)
     assert f"get_batch: the rollout engine stopped: the Ray cluster's head node ({said['address']}) has not " \
            "answered" in stdout, (stdout, stderr[-3000:])
+    # an error of its own, saying what to do in the time Ray leaves the process
+    assert "its class: ClusterLost" in stdout, stdout
+    said = stdout.split("get_batch: ", 1)[1].splitlines()[0]
+    assert "state_dict()" in said and "resume=True" in said and "load_state_dict" in said, said
     assert proc.returncode == 3, (proc.returncode, stderr[-3000:])
     print(next(line for line in stdout.splitlines() if line.startswith("raised ")))  # the measure (-s)
     # what it had is on disk: the first batch's samples final in the run folder's results.jsonl

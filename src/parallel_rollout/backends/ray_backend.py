@@ -154,6 +154,12 @@ class RayBackend(WorkerTable, NodeWatch, WorkerDeaths):
         return None
 
     @property
+    def head_lost(self) -> bool:
+        """The cluster's head node was counted lost: the run stopped for it, and Ray ends this
+        process once its gcs_rpc_server_reconnect_timeout_s has passed since the head went."""
+        return self._head.lost
+
+    @property
     def concurrency(self) -> int:
         """Every env loop of every node, capped by --max-concurrent-rollouts."""
         nodes = sum(1 for node in self._nodes.values() if node.alive)

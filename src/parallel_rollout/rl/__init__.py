@@ -13,10 +13,10 @@ output folder and the sessions in it.
 from .budget import BatchTimeout
 from .config import EnvManagerConfig, TaskSet, load_task_sets
 from .groups import Trajectory, drop_equal_rewards
-from .scheduler import RolloutScheduler, SchedulerClosed, SchedulerSuspended
+from .scheduler import ClusterLost, RolloutScheduler, SchedulerClosed, SchedulerSuspended
 from .segments import NoTokenIds, Segment
 from .sources import ShuffledTasks, TaskSource, TaskSourceError
 
-__all__ = ["BatchTimeout", "EnvManagerConfig", "NoTokenIds", "RolloutScheduler", "SchedulerClosed",
+__all__ = ["BatchTimeout", "ClusterLost", "EnvManagerConfig", "NoTokenIds", "RolloutScheduler", "SchedulerClosed",
            "SchedulerSuspended", "Segment", "ShuffledTasks", "TaskSet", "TaskSource", "TaskSourceError", "Trajectory", "drop_equal_rewards",
            "load_task_sets"]

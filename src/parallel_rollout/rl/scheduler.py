@@ -86,6 +86,20 @@ class SchedulerSuspended(RolloutError):
     kind = "scheduler_suspended"
 
 
+class ClusterLost(RolloutError):
+    """get_batch on ``backend="ray"`` once the cluster's head node is lost: Ray ends the
+    trainer's process soon; the message says what to save meanwhile and how to go on."""
+
+    kind = "cluster_lost"
+
+
+#: what a trainer does once the head is lost, in the time Ray leaves its process
+_AFTER_HEAD_LOST = ("; save what you need now (state_dict(), your model's weights): Ray ends this process once "
+                    "its gcs_rpc_server_reconnect_timeout_s (60 s unless set) has passed since the head went; "
+                    "then, on a cluster again (or backend=\"local\"), make the scheduler with the same run_id and "
+                    "RunConfig(resume=True), and load_state_dict() what you saved")
+
+
 class RolloutScheduler(CheckedKeywords, Checkpoints, ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns):
     """Hands out batches of whole groups; see the module docstring (the generation side is
     ``generation.GroupGeneration``, batches of named tasks ``chosen.ChosenBatches``, which
@@ -436,6 +450,8 @@ class RolloutScheduler(CheckedKeywords, Checkpoints, ChosenBatches, GroupGenerat
         self._check_open()
         error = getattr(self._shared.engine, "error", None)
         if error:
+            if getattr(self._shared.engine.backend, "head_lost", False):
+                raise ClusterLost(f"the rollout engine stopped: {error}{_AFTER_HEAD_LOST}")
             raise RolloutError(f"the rollout engine stopped: {error}")
         self._shared.suspension.warn_if_orphaned(self._shared.gate.is_open, self.name)
         self._cond.wait(_POLL_S)
