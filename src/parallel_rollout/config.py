@@ -180,8 +180,10 @@ class RunConfig(CheckedKeywords):
         # one tuple of addresses, however given: repeated flags, a comma list, a TOML list,
         # or the JSON list of a resumed run's config.json
         self.vm_address = split_addresses(self.vm_address)
-        # KEY=VALUE strings from the flag, or the table of a TOML file / config.json
-        self.sampling = parse_sampling(self.sampling)
+        # KEY=VALUE strings from the flag, or the table of a TOML file / config.json; made in
+        # Python (a trainer's RunConfig(sampling=…), not build_config's), said as its keyword
+        self.sampling = parse_sampling(self.sampling, setting_name(self, "sampling")
+                                       if "sampling" in self.explicit else "sampling")
         self.base_url = one_or_list(self.base_url)
         self.ray_address = self.ray_address or None  # --ray-address "": no cluster (a resume's cleared)
         if not isinstance(self.extra_body, dict):

@@ -37,7 +37,7 @@ def parse_sampling(value: Any, said: str = "--sampling") -> dict[str, Any]:
         for item in [value] if isinstance(value, str) else list(value or ()):
             key, sep, raw = str(item).partition("=")
             if not sep or not key.strip():
-                raise ConfigError(f"--sampling {item!r} must be KEY=VALUE, e.g. top_p=0.9")
+                raise ConfigError(f"{said} {item!r} must be KEY=VALUE, e.g. top_p=0.9")
             try:
                 items[key.strip()] = json.loads(raw)
             except ValueError:

@@ -243,3 +243,19 @@ def test_a_misspelt_tag_names_the_tag_meant(tmp_path, table, tag, meant):
     with pytest.raises(ConfigError, match=rf"unknown tag '{tag}' \(did you mean '{meant}'\?\)"):
         RolloutScheduler(rl_config(tmp_path, server), config)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("sampling, said", [({"stream": True}, "sampling cannot set stream: the agent sends it itself"),
+                                            (["top_p"], "sampling 'top_p' must be KEY=VALUE, e.g. top_p=0.9")],
+                         ids=["reserved", "no-equals"])
+def test_a_run_configs_sampling_made_in_python_is_said_as_its_keyword(sampling, said):
+    """A trainer's RunConfig(sampling={"stream": True}) said "--sampling cannot set stream", a
+    flag it never typed; made from the command line or a config file (build_config) it is
+    still the flag."""
+    from parallel_rollout.config import build_config
+
+    with pytest.raises(ConfigError) as caught:
+        RunConfig(sampling=sampling)
+    assert str(caught.value) == said
+    with pytest.raises(ConfigError, match="^--sampling cannot set stream"):
+        build_config({"sampling": ["stream=true"]})
