@@ -25,6 +25,7 @@ from conftest import assert_exactly_once, write_tasks
 from hostile_git import GIT_ROWS, HONEST_GIT
 from hostile_leftovers import (LEFTOVER_ADDRESS_SPACE, LEFTOVER_HONEST, LEFTOVER_PROGRAMS, LEFTOVER_PY_ROWS, LEFTOVER_ROWS,
                                LEFTOVER_TIMEOUTS, STILL_RUNNING, on_system_path)
+from hostile_shells import SHELL_STARTUP_HONEST, SHELL_STARTUP_ROWS
 from hostile_spelling import SPELLING_HONEST, SPELLING_PROGRAMS, SPELLING_ROWS
 from parallel_rollout.config import build_config
 from parallel_rollout.pool.providers import cgroups
@@ -276,6 +277,7 @@ SHELL_ROWS = {
     **GIT_ROWS,
     **LEFTOVER_ROWS,  # what the answer leaves to act while its check runs
     **SPELLING_ROWS,  # a check that spell-checks the answer's text
+    **SHELL_STARTUP_ROWS,  # a check that starts a login or interactive shell of its own
     # a link into a process's /proc folder: what the check reads there is its own, here its
     # arguments (grep's "pr-37" among them), never the answer's work; /dev/fd/.. is /proc/self
     "link_to_the_checks_cmdline": (["ln -s /proc/self/cmdline ~/count.txt"], "grep -qx pr-37 ~/count.txt",
@@ -428,6 +430,8 @@ def shell_tasks(port: int, leave_out=()) -> list[dict]:
                   "check": 'test "$(cat ~/b)" = 3 && grep -q . ~/cpu', "timeout": 30})
     tasks.append({"id": "honest_wrappers", "mode": "shell", "instruction": "nothing",
                   "reference": ["true"], "check": HONEST_WRAPPERS, "timeout": 30})
+    tasks.append({"id": "honest_login_shell", "mode": "shell", "instruction": "make ok",
+                  "reference": ["touch ~/ok"], "check": SHELL_STARTUP_HONEST, "timeout": 30})
     tools = list(dict.fromkeys(program for row, program in NEEDS_PROGRAM.items() if row not in leave_out))
     table = ["sqlite3 ~/t.db 'create table t(x); insert into t values (4);'"] if "sqlite3" in tools else []
     repo = HONEST_GIT[0] if "git" in tools else []

@@ -117,6 +117,24 @@ def test_a_command_check_does_not_run_over_a_link_into_proc(tmp_path):
     assert outcome.exit_code == 0, outcome.message
 
 
+def test_a_command_check_starts_a_login_shell_that_reads_none_of_the_homes_startup_files(tmp_path):
+    """A getter's command that starts a login or interactive shell of its own (``bash -lc 'which
+    spotify'``, by name and by path) read the startup files the agent wrote in the home, whose
+    ``~/bin`` first on the PATH held a fake program: it scored 1. Those shells read none now (0);
+    an honest login shell still runs, in the home."""
+    from hostile_shells import FAKE_IN_HOME_BIN
+    rig = f"import subprocess; subprocess.run({FAKE_IN_HOME_BIN!r}, shell=True, check=True)"
+    check = ("bash -lc 'which spotify' || /bin/bash --login -c 'which spotify' || bash -ic 'which spotify' 2>/dev/null"
+             " || sh -lc 'which spotify' || /usr/bin/bash -lc 'which spotify'")
+    honest = "open(__import__('os').path.expanduser('~/ok'), 'w').close()"
+    finals, outcome = run(tmp_path, [command_task("login_shell_reads_the_home", [rig], f"({check}) >/dev/null && echo yes"),
+                                     command_task("honest_login_shell", [honest], "bash -lc 'cd && test -e ok' && echo yes")],
+                          "login-shells")
+    assert finals["honest_login_shell#0"]["status"] == "success", finals["honest_login_shell#0"]
+    assert finals["login_shell_reads_the_home#0"]["reward"] == 0.0, finals["login_shell_reads_the_home#0"]
+    assert outcome.exit_code == 0, outcome.message
+
+
 def prefs_task(task_id: str, line: str, rule: dict) -> dict:
     """A task graded by check_thunderbird_prefs on ~/prefs.js, which the agent writes as ``line``."""
     write = f"open(__import__('os').path.expanduser('~/prefs.js'), 'w').write({line + chr(10)!r})"

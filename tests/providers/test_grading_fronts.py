@@ -92,6 +92,27 @@ def test_an_images_key_changes_with_the_fronted_programs(monkeypatch):
     assert not {qemu_image.image_inputs(), docker.image_tag()} & keys
 
 
+@pytest.mark.parametrize("sh_is", ["dash", "bash"])
+def test_an_images_bash_has_a_front_but_not_the_shell_the_fronts_run_in(tmp_path, sh_is):
+    """bash by its path leads a grading command to grading_bin/bash (a check's `/bin/bash -lc`
+    reads no startup file of the home); the image's /bin/sh, the fronts' own ``#!/bin/sh``, has
+    none: its front would run itself. An image whose /bin/sh is bash keeps its bash as it is."""
+    (tmp_path / "usr/bin").mkdir(parents=True)
+    (tmp_path / "bin").symlink_to("usr/bin")
+    for name in ("bash", "dash", "env"):
+        (tmp_path / "usr/bin" / name).write_bytes(b"\x7fELF")
+        (tmp_path / "usr/bin" / name).chmod(0o755)
+    (tmp_path / "usr/bin/sh").symlink_to(sh_is)
+    laid = grading_fronts.install_in_tree(tmp_path)
+    assert laid.fronts["/usr/bin/env"] == "system_front"
+    assert "/usr/bin/dash" not in laid.fronts and (tmp_path / "usr/bin/dash").read_bytes() == b"\x7fELF"
+    if sh_is == "dash":
+        assert laid.fronts["/usr/bin/bash"] == "system_front"
+        assert (tmp_path / "opt/system-originals/bash").read_bytes() == b"\x7fELF"
+    else:
+        assert "/usr/bin/bash" not in laid.fronts and (tmp_path / "usr/bin/bash").read_bytes() == b"\x7fELF"
+
+
 def _table(tmp_path_factory, provider_name: str, **flags) -> dict:
     left_out = {row: "not a by-path row" for row in SHELL_ROWS if row not in BY_PATH}
     return run_table(tmp_path_factory.mktemp(provider_name), left_out, provider_name=provider_name, **flags)

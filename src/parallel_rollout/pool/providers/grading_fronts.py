@@ -78,8 +78,9 @@ SYSTEM_ORIGINALS = "/opt/system-originals"
 PROGRAM_FRONT = "system_front"
 SITECUSTOMIZE_FRONT = "system_sitecustomize.py"
 #: programs of grading_bin without a front of their own: python's (see the module doc), the
-#: helper git runs (no system program of that name), the front itself
-NOT_FRONTED = ("python", "python3", "git_external_diff", PROGRAM_FRONT)
+#: helper git runs (no system program of that name), the front itself, and the shell it runs in
+#: (``#!/bin/sh``: sh's front would run itself; each ``sh -c`` of every program would pay it)
+NOT_FRONTED = ("python", "python3", "git_external_diff", PROGRAM_FRONT, "sh", "dash")
 #: programs that find their own files by their path, which a move to SYSTEM_ORIGINALS loses:
 #: left without a front
 FINDS_ITSELF = {"cmake": "its CMAKE_ROOT is found beside its executable (empty when moved)",
@@ -229,7 +230,8 @@ def plan(files: GuestFiles, python: str, programs: Iterable[str] | None = None, 
                      if files.is_program(r)), None)
         in_bin = real is not None and files.real(os.path.dirname(real)) in map(files.real, PROGRAM_FOLDERS)
         if real is not None and os.path.basename(real) == name and real not in done.fronts \
-                and (in_bin or homes_kept and real.startswith("/usr/")) and name not in FINDS_ITSELF:
+                and (in_bin or homes_kept and real.startswith("/usr/")) and name not in FINDS_ITSELF \
+                and real != files.real("/bin/sh"):  # a bash that is /bin/sh: the front's own shell
             done.fronts[real] = PROGRAM_FRONT
             done.originals[f"{SYSTEM_ORIGINALS}/{name}"] = real
     site = _sitecustomize(files, python)
