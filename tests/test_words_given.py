@@ -103,7 +103,7 @@ def test_a_key_a_config_file_writes_with_underscores_is_said_as_written(tmp_path
     assert said.startswith("Error: min_free_disk_mb must be 0 or more, got -1 (min_free_disk_mb = -1 in "
                            "TMP/run.toml)"), said
     said = cli_output(tmp_path, "--data", str(SHELL_TASKS), "--use-vm-pool", toml="num_vms = 0")
-    assert said.startswith("Error: --num-vms must be at least 1 (num_vms = 0 in TMP/run.toml)"), said
+    assert said.startswith("Error: --num-vms must be at least 1, got 0 (num_vms = 0 in TMP/run.toml)"), said
     said = cli_output(tmp_path, "--data", str(SHELL_TASKS), "--agent", "oracle", "--dry-run",
                       toml="[extra_body]\ntop_k = 1")
     assert "the setting extra_body is not used by this run" in said and "extra-body" not in said, said

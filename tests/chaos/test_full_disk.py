@@ -11,6 +11,7 @@ trajectories, events and the summary share the full disk with results.jsonl.
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 
 import pytest
@@ -81,9 +82,13 @@ def test_output_disk_fills_mid_run_then_resume_finishes(tmp_path, small_disk, fi
     # a full disk is nobody's outcome: every final record is a real, graded success
     assert {r["status"] for r in finals} == {"success"}, {r["key"]: r["status"] for r in finals}
 
+    # room again: the filler gone and the disk grown, since 256 KiB cannot hold the forty
+    # samples' trajectories and report (a report that does not fit is exit 1, by design)
     filler.unlink()
+    subprocess.run(["mount", "-o", "remount,size=1m", str(small_disk)], check=True)
     resumed = cli(tmp_path, small_disk, "--resume", "--task-timeout", "20")
-    assert resumed.exit_code == 0, (resumed.output, resumed.exception)
+    assert resumed.exit_code == 0, (resumed.output, resumed.stderr, resumed.exception)
+    assert (run_dir / "report.html").is_file() and "cannot write" not in resumed.stderr
     finals = assert_exactly_once(run_dir, {f"t{i:02d}#0" for i in range(TASKS)})
     assert {r["status"] for r in finals.values()} == {"success"}
     whole_lines(run_dir / "results.jsonl")
