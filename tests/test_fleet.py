@@ -643,7 +643,8 @@ def test_cli_a_ctrl_c_during_the_fleets_start_check_starts_no_engine(tmp_path, l
     """Ctrl-C while the run's start check waits on a fleet's server that holds its GET /models:
     the run stops there (exit 130, its resume line), starting no engine (no pool, no worker)
     and saying nothing of one. Before, it started the engine all the same and said
-    "[Concurrency] Set max concurrent rollouts to 1" after "signal 2: stopping"."""
+    "[Concurrency] Set max concurrent rollouts to 1" after "signal 2: stopping". It stops at once,
+    not when the held server's probe times out."""
     import signal
     import time
     from http.server import BaseHTTPRequestHandler
@@ -672,7 +673,9 @@ def test_cli_a_ctrl_c_during_the_fleets_start_check_starts_no_engine(tmp_path, l
         assert asked.wait(120), "the start check never asked the held server"
         time.sleep(0.5)  # the handler is the run's by now: the check waits on the held server
         proc.send_signal(signal.SIGINT)
+        signalled = time.monotonic()
         _, stderr = proc.communicate(timeout=120)
+        took = time.monotonic() - signalled
     finally:
         release.set()
         proc.kill()
@@ -683,6 +686,9 @@ def test_cli_a_ctrl_c_during_the_fleets_start_check_starts_no_engine(tmp_path, l
     assert "signal 2: stopping" in stderr and "resume with:" in stderr, stderr
     assert "[Concurrency]" not in stderr and good.requests == [], stderr
     assert not (tmp_path / "held" / "events.jsonl").exists()  # the engine's: it never started
+    # within the 3 s grace it announces ("finishing what completes within 3s"), not after the
+    # held server's probe timed out (5 s: the check's threads were joined, at the check and at exit)
+    assert "within 3s" in stderr and took < 3.0, (took, stderr)
 
 
 class _Proxy:

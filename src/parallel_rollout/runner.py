@@ -335,7 +335,8 @@ class Runner:
         self._total = total
         self._size_engine(len(pending))
         # a fleet's, asked now
-        self.engine.servers_left_out, self.engine.servers_unheard = fleet_verdict(self.config, self.agent_cls)
+        self.engine.servers_left_out, self.engine.servers_unheard = fleet_verdict(
+            self.config, self.agent_cls, stopped=lambda: self._interrupted is not None)
         self._last_progress_log = time.monotonic()
         self._open_progress(total)
         if self._interrupted:  # a stop signal as the fleet was checked: no pool, no worker starts

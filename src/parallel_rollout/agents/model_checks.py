@@ -17,10 +17,10 @@ model setting) meets the same missing key at its first request, which then stops
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import logging
-from typing import Any
+import threading
+from typing import Any, Callable
 
 from ..config_checks import check_base_url
 from ..errors import ConfigError
@@ -146,8 +146,8 @@ def probe_endpoint(config: Any, models_required: bool = False, agent_cls: Any = 
     return probe_fleet(config, models_required, agent_cls)[0]
 
 
-def probe_fleet(config: Any, models_required: bool = False,
-                agent_cls: Any = None) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+def probe_fleet(config: Any, models_required: bool = False, agent_cls: Any = None,
+                stopped: Callable[[], bool] = lambda: False) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
     """``probe_endpoint``'s note, the servers the run leaves out (``ServerPool.leave_out``),
     and those that did not answer, which each worker asks at their first visit (``ServerPool.first_visit``).
 
@@ -159,7 +159,9 @@ def probe_fleet(config: Any, models_required: bool = False,
     while another server serves; a problem only when none serves, as the run then stops (exit
     2): a ``ServerUnreachable`` when none answered. ``models_required``: see ``probe_models``;
     ``agent_cls``: the run's agent, whose requests' POST routes (``model_routes``) are asked
-    of each server whose /models passed (``probe_route``: a server with /models and no chat route)."""
+    of each server whose /models passed (``probe_route``: a server with /models and no chat route);
+    ``stopped``: a stop signal came (the run's own handler, which raises nothing): the answers
+    not yet in are not waited for, and nothing is found (``"", (), ()``)."""
     urls = openai_request.resolve_base_urls(config.base_url)
 
     def probe(url: str) -> str | openai_request.ServerRefused:
@@ -177,10 +179,9 @@ def probe_fleet(config: Any, models_required: bool = False,
                 raise
             return exc
 
-    # all at once: a server down costs its probe's timeout, and 8 asked one after another
-    # held the run 40 s; the answers are taken in --base-url order, so the words keep it
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(urls), thread_name_prefix="fleet-check") as asking:
-        answers = list(asking.map(probe, urls))
+    answers = _ask_all(probe, urls, stopped)
+    if answers is None:  # a stop signal: the run stops now, whatever the servers say
+        return "", (), ()
     notes = [answer for answer in answers if isinstance(answer, str)]
     refused = [answer for answer in answers if not isinstance(answer, str)]
     if refused and not notes:
@@ -205,7 +206,40 @@ def probe_fleet(config: Any, models_required: bool = False,
     return "; ".join(notes), left_out, unheard
 
 
-def fleet_verdict(config: Any, agent_cls: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _ask_all(probe: Callable[[str], Any], urls: list[str], stopped: Callable[[], bool]) -> list[Any] | None:
+    """``probe`` of every url at once, in threads of their own: a server down costs its probe's
+    timeout, and 8 asked one after another held the run 40 s. The answers in ``urls``' order (the
+    words keep --base-url's), an exception a probe raised raised here; None once ``stopped``.
+    Daemon threads, so that a Ctrl-C (a handler that raises, or ``stopped``) ends the wait at once
+    and the process's exit does not wait for a server that never answers (a thread pool's threads
+    are joined at exit: a Ctrl-C's announced grace became the probe's timeout)."""
+    answers: dict[int, tuple[bool, Any]] = {}
+
+    def ask(i: int, url: str) -> None:
+        try:
+            answers[i] = (True, probe(url))
+        except BaseException as exc:  # noqa: BLE001 - raised again on the asking thread
+            answers[i] = (False, exc)
+
+    threads = [threading.Thread(target=ask, args=(i, url), name="fleet-check", daemon=True)
+               for i, url in enumerate(urls)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():
+            if stopped():
+                return None
+            thread.join(0.05)
+    if stopped():
+        return None
+    for ok, answer in (answers[i] for i in range(len(urls))):
+        if not ok:
+            raise answer
+    return [answers[i][1] for i in range(len(urls))]
+
+
+def fleet_verdict(config: Any, agent_cls: Any,
+                  stopped: Callable[[], bool] = lambda: False) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """A batch run's check of its fleet (several ``--base-url``) as it starts, when its agent
     calls the model: the servers that answer but do not serve the model (``probe_fleet``),
     which its engine's attempts leave out (``Engine.servers_left_out``), and those that do not
@@ -216,6 +250,6 @@ def fleet_verdict(config: Any, agent_cls: Any) -> tuple[tuple[str, ...], tuple[s
     if len(urls) < 2 or not calls_model(agent_cls, config):
         return (), ()
     try:
-        return probe_fleet(config, agent_cls=agent_cls)[1:]
+        return probe_fleet(config, agent_cls=agent_cls, stopped=stopped)[1:]
     except openai_request.ServerUnreachable:
         return (), urls
