@@ -98,7 +98,7 @@ def made(folder: Path, make, warning: str) -> Path | None:
     try:
         os.utime(folder)
         return folder
-    except FileNotFoundError:
+    except OSError:  # not there, or a file in the way (making it then says why)
         pass
     # a scratch of this call's own: one named by the pid alone was another boot thread's too
     # (each removed the other's), or one an interrupted run() left to the next of the process
@@ -119,6 +119,14 @@ def made(folder: Path, make, warning: str) -> Path | None:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
     return folder
+
+
+def made_and_pruned(folder: Path, make, warning: str) -> Path | None:
+    """:func:`made`, then the folders beside it that no provider used for KEEP_S removed."""
+    kept = made(folder, make, warning)
+    if kept is not None:
+        prune(kept)
+    return kept
 
 
 def _make(scratch: Path, files: AgentFiles) -> None:

@@ -358,12 +358,9 @@ def prepare(python: str, base: Path) -> Path | None:
     if os.path.realpath(FRONTED) != FRONTED:
         return None
     folder = base / FOLDERS / folder_key(python)
-    made = agent_folder.made(folder, lambda scratch: _make(scratch, python),
-                             "the grading fronts' folder could not be made (%s%s): a process VM "
-                             "fronts env, git and python only")
-    if made is not None:
-        agent_folder.prune(made)
-    return made
+    return agent_folder.made_and_pruned(folder, lambda scratch: _make(scratch, python),
+                                        "the grading fronts' folder could not be made (%s%s): a process VM "
+                                        "fronts env, git and python only")
 
 
 def prepare_encodings(python: str, base: Path) -> Path | None:

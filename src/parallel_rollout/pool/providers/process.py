@@ -100,7 +100,7 @@ from pathlib import Path
 
 from ...errors import ConfigError, ProviderUnavailable, VMError
 from . import (agent_folder, cgroups, grading_fronts, host_dirs, host_share, images, orphans, sandbox_fs, sandbox_launch,
-               seccomp, standby, verify)
+               seccomp, standby, system_data, verify)
 from .sandbox_argv import (AGENT_SOURCES, DESKTOP_SOURCES, GRADING_BIN, GUEST_HOME, NAMESPACE_FLAGS, SHIM_DIR,
                            SandboxSpec, boot_argv, folder_argv)
 from .sandbox_uids import SandboxUids
@@ -199,13 +199,14 @@ class ProcessProvider(Provider):
             agent_dir = agent_folder.prepare(self._agent_files, secure_base_dir(self.base_dir))
             fronts_dir = grading_fronts.prepare(python, secure_base_dir(self.base_dir))
             encodings_dir = self._encodings_dir(python) if fronts_dir is None else None
+        data_dir = system_data.prepare(secure_base_dir(self.base_dir))
         self._spec = SandboxSpec(
             bwrap=shutil.which("bwrap") or "bwrap", python=python, agent_dir=agent_dir,
             snapshot=self.snapshot, desktop=bool(self.options.desktop), screen=self.options.screen,
             memory_mb=self._memory_mb,
             limit_as=self._memory_mb * 2**20 if self._limit_as else None,
             limit_nproc=self._limit_nproc, hidden_files=self.options.hidden_files, fronts_dir=fronts_dir,
-            encodings_dir=encodings_dir)
+            encodings_dir=encodings_dir, system_data_dir=data_dir)
         #: per VM folder, what its every boot shares, made at its first: its cgroups, and
         #: bwrap's argv but the fds (by VM, folder and uid); forgotten with the folder
         self._groups: dict[str, cgroups.VMCgroup] = {}
@@ -454,6 +455,11 @@ class ProcessProvider(Provider):
             fronts_dir = grading_fronts.prepare(spec.python, secure_base_dir(self.base_dir))
             self._spec = dataclasses.replace(self._spec, fronts_dir=fronts_dir, encodings_dir=None if fronts_dir
                                              else self._encodings_dir(spec.python))
+            self._argvs.clear()
+        if self._spec.system_data_dir is not None and not system_data.current(self._spec.system_data_dir):
+            # gone (a sweep of the base folder): made again, or the folders bound one by one
+            self._spec = dataclasses.replace(self._spec, system_data_dir=system_data.prepare(
+                secure_base_dir(self.base_dir)))
             self._argvs.clear()
         socket_path = vm_dir / "sock" / SOCKET_NAME
         private = sandbox_launch.launch(

@@ -79,6 +79,9 @@ class SandboxSpec:
     fronts_dir: Path | None = None
     #: without ``fronts_dir``, python's encodings with its front (``grading_fronts.prepare_encodings``)
     encodings_dir: Path | None = None
+    #: the system data of /var, copied once (``system_data.prepare``), bound at /var; None: its
+    #: folders bound one by one
+    system_data_dir: Path | None = None
 
     def tmpfs_mb(self, size_mb: int) -> int:
         """A tmpfs's size: its pages are charged to the VM's memory cgroup and never freed
@@ -162,7 +165,7 @@ def folder_argv(spec: SandboxSpec, vm_id: str, vm_dir: Path,
         spec.bwrap,
         *NAMESPACE_FLAGS, *privileges, "--die-with-parent", "--new-session",
         "--hostname", vm_id,
-        *sandbox_fs.system_binds(), *sandbox_fs.system_data(),
+        *sandbox_fs.system_binds(), *sandbox_fs.system_data(spec.system_data_dir),
         *sandbox_fs.secret_masks(vm_dir / "empty"),
         *masks,
         *(sandbox_fs.user_entries(vm_dir, uid, GUEST_HOME) if uid is not None else ()),
