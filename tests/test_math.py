@@ -51,6 +51,12 @@ EXTRACTION = {
     "$(-\\infty, 2]$": ("(-\\infty, 2]", "formula"),
     "-3": ("-3", "formula"),
     "I get 3 apples, then 4,000 pears": ("4000", "last_number"),
+    "There are 1 000 apples.": ("1000", "last_number"),  # digits in threes: one number (was 000)
+    "So 1 000 000 in all.": ("1000000", "last_number"),
+    "There are 1\u2009000 or so": ("1000", "last_number"),
+    "It takes between 1 000 and 2 000.": ("2000", "last_number"),
+    "It is 3 4 here": ("4", "last_number"),  # not in threes: two numbers
+    "In 2019 100 people came": ("100", "last_number"),
     "so x is -7 or so": ("-7", "last_number"),
     "it is 3/4 of the way": ("3/4", "last_number"),
     "the distance is about 2.5e6 m": ("2.5e6", "last_number"),

@@ -159,6 +159,14 @@ CASES = {
     "thousands": ("How many?", "10000", "\\boxed{10\\,000}", 1.0),
     "thousands-space": ("How many?", "1000000", "\\boxed{1 000 000}", 1.0),
     "thousands-space-sum": ("What is $1+2$?", "3", "\\boxed{1 000}", 0.0),
+    # ... in prose too, without a box (its last number was 000); a number before it, 7 100, is no 100 then
+    "thousands-prose": ("How many apples?", "1000", "There are 1 000 apples.", 1.0),
+    "thousands-prose-million": ("How many?", "1000000", "So 1 000 000 in all.", 1.0),
+    "thousands-prose-thin": ("How many apples?", "1000", "There are 1\u202f000 apples.", 1.0),
+    "thousands-prose-range": ("How many at most?", "2000", "It takes between 1 000 and 2 000.", 1.0),
+    "thousands-prose-range-first": ("How many at least?", "1000", "It takes between 1 000 and 2 000.", 0.0),
+    "thousands-prose-hedge": ("What is $50+50$?", "100", "It is 7 100.", 0.0),
+    "thousands-prose-year": ("How many people came?", "100", "In 2019 100 people came.", 1.0),
     # the ways a right answer is written score 1, whatever the checks above take apart
     "honest-dfrac": ("What is $1/2$?", "\\frac{1}{2}", "So it is $\\dfrac{1}{2}$.", 1.0),
     "honest-decimal": ("What is $1/2$?", "\\frac{1}{2}", "Answer: 0.5", 1.0),

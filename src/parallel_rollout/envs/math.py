@@ -59,9 +59,13 @@ _BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 # take seconds to search, 20,000 half a minute.)
 _ANSWER_LINE = re.compile(r"(?:final\s+answer|answer)\s*(?:\*\*\s*)?(?::|is\b)\s*(?:\*\*)?(.*)$",
                           re.IGNORECASE | re.MULTILINE)
+#: digits that spaces part in threes after a first group of one to three (``1 000 000``, thin
+#: spaces ``1\u202f000`` and ``1\\,000`` too), as the SI writes a number: one number
+_THOUSANDS = r"\d{1,3}(?:(?: |\u2009|\u202f|\\,)\d{3}(?!\d))+"
 # A sign counts only when it is not a binary minus ("3-5" ends in 5, not -5).
-# e-notation is the number's (2.5e6), not a last number 6.
-_NUMBER = re.compile(r"(?:(?<![\w)\]}])-)?\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][+-]?\d+\b)?(?:\s*/\s*\d+(?:\.\d+)?)?")
+# e-notation is the number's (2.5e6), not a last number 6; "1 000" one number, not 1 and 000.
+_NUMBER = re.compile(rf"(?:(?<![\w)\]}}])-)?(?:(?<![\w.]){_THOUSANDS}|\d+(?:,\d{{3}})*)(?:\.\d+)?"
+                     r"(?:[eE][+-]?\d+\b)?(?:\s*/\s*\d+(?:\.\d+)?)?")
 #: the math delimiters, openers and closers ($$…$$, $…$, \\(…\\), \\[…\\]), in the order they are tried
 _DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
 _OPENER = re.compile(r"\$|\\[(\[]")
@@ -79,8 +83,7 @@ _TIMES_BRACKET = re.compile(r"(?<=\d)\s*(?=\(|\\left\s*\()")
 #: a group that holds a number alone and is no command's argument nor a script: it shows the number
 #: where it stands (``3{4}`` is 34; math-verify added 7)
 _NUMBER_GROUP = re.compile(r"(?<![\\A-Za-z^_}\]\s])(\s*)\{\s*(\d+(?:\.\d+)?)\s*\}")
-#: a number whose digits spaces part in threes (``1 000 000``), as the SI writes it: one number
-_SPACED_THOUSANDS = re.compile(r"[+-]?\d{1,3}(?: \d{3})+(?:\.\d+)?")
+_SPACED_THOUSANDS = re.compile(rf"[+-]?{_THOUSANDS}(?:\.\d+)?")
 #: numbers with nothing but spaces between them (``5 6``): math-verify added them up (11)
 _SPACED_NUMBERS = re.compile(r"[+-]?\d+(?:\.\d+)?(?:\s+\d+(?:\.\d+)?)+")
 #: a number in e-notation, alone or in a longer answer (``2e5+1``, ``\\frac{2e5}{2}``): its
@@ -200,7 +203,7 @@ def _is_formula(text: str) -> bool:
 
 def _numbers(text: str) -> list[str]:
     """The numbers written in ``text``, each as math-verify reads one (no spaces, no commas)."""
-    return [re.sub(r"\s+", "", number).replace(",", "") for number in _NUMBER.findall(text)]
+    return [re.sub(r"\s+|\\,", "", number).replace(",", "") for number in _NUMBER.findall(text)]
 
 
 def _last_number(text: str) -> str | None:
