@@ -133,6 +133,14 @@ CASES = {
     "reply-formulas-or": ("What is $2+2$?", "4", "Adding them up, it is $3$ or $4$.", 0.0),
     "reply-or-both": ("Solve $(x-3)(x-4)=0$.", "3, 4", "So x is 3 or 4", 1.0),
     "reply-working": ("What is $2+2$?", "4", "Either 2 or 2 more, whichever:\n2 + 2 makes 4", 1.0),
+    # a temperature's unit, C or F after the degree, is a unit as \\text{C} is (math-verify read 60°C as 60C)
+    **{f"celsius-{name}": ("How hot is the water?", "60", f"\\boxed{{{reply}}}", 1.0)
+       for name, reply in (("unicode", "60°C"), ("spaced", "60 °C"), ("sign", "60℃"), ("circ", "60^\\circ C"),
+                           ("braced", "60^{\\circ}F"), ("text", "60 \\text{ °C}"), ("mathrm", "60\\,^{\\circ}\\mathrm{C}"))},
+    "celsius-sum": ("How hot is the water?", "60", "\\boxed{6°C0}", 0.0),
+    "celsius-two": ("How hot is the water?", "70", "\\boxed{60°C 70}", 0.0),
+    "celsius-or": ("How hot is the water?", "70", "\\boxed{60°C \\text{ or } 70°C}", 0.0),
+    "celsius-letter": ("Which is the boiling water, A, B or C?", "C", "\\boxed{60°C}", 0.0),
     # a number before a bracket multiplies it: math-verify added 3(4) up (7)
     "bracket-sum": ("What is $3+4$?", "7", "\\boxed{3(4)}", 0.0),
     "bracket-product": ("What is $3 \\cdot 4$?", "12", "\\boxed{3(4)}", 1.0),

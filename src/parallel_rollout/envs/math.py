@@ -118,8 +118,11 @@ _SYMBOLS = {"≈": "\\approx", "∼": "\\sim", "≃": "\\simeq", "≅": "\\cong"
             "∣": "\\mid", "∀": "\\forall", "∃": "\\exists", "∴": "\\therefore", "∵": "\\because",
             "…": "\\ldots", "⋯": "\\cdots", "·": "\\cdot", "⋅": "\\cdot", "∙": "\\cdot", "×": "\\times",
             "÷": "\\div", "±": "\\pm", "∓": "\\mp", "√": "\\sqrt", "π": "\\pi", "∞": "\\infty", "−": "-",
-            "°": "^\\circ"}
+            "°": "^\\circ", "℃": "^\\circ \\text{C}", "℉": "^\\circ \\text{F}"}
 _SYMBOL = re.compile("|".join(map(re.escape, _SYMBOLS)))
+#: a temperature's unit, a bare C or F after a degree (``60°C``, ``60^\\circ F``): a unit in text, as
+#: math-verify drops it from ``60^\\circ\\text{C}`` (it read the bare letter as a variable, 60C)
+_DEGREE_UNIT = re.compile(r"(\^\s*(?:\\circ|\{\s*\\circ\s*\}))\s*([CF])(?![A-Za-z])")
 #: a style switch, or a strut, which shows nothing itself (``\\displaystyle 3 \\scriptstyle 4`` was 4)
 _STYLE = re.compile(r"\\(?:(?:display|text|script|scriptscript)style|(?:math)?strut)(?![A-Za-z])")
 #: a text group: what it holds is shown as written (``\\text{3}4`` shows 34, math-verify read 3 \\cdot 4)
@@ -305,7 +308,8 @@ def _plain_numbers(answer: str, other: str) -> str:
     reads as a power of ten (its small e is Euler's number: ``1e3`` was 3e, ``2e5+1`` 10e + 1,
     so 200001 was wrong and 10e + 1 right); one with a signed exponent stays as written where
     ``other`` holds Euler's number (``2e-1`` beside ``2e - 1`` stays 2e - 1)."""
-    answer = _shown_text(_SYMBOL.sub(lambda symbol: f" {_SYMBOLS[symbol[0]]} ", answer))
+    answer = _SYMBOL.sub(lambda symbol: f" {_SYMBOLS[symbol[0]]} ", answer)
+    answer = _shown_text(_DEGREE_UNIT.sub(r"\1\\text{\2}", answer))
     answer = _SPACING.sub(" ", _THIN_SPACE.sub("", _CLOSING_POINT.sub("", _visible(answer))))
     while (grouped := _NUMBER_GROUP.sub(r"\1\2", answer)) != answer:  # {3}{4}: 3{4}, then 34
         answer = grouped
