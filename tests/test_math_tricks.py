@@ -166,6 +166,7 @@ CASES = {
     "spaced-list": ("Solve $(x-3)(x-4)=0$.", "3, 4", "\\boxed{3\\; 4}", 1.0),
     "thousands": ("How many?", "10000", "\\boxed{10\\,000}", 1.0),
     "thousands-space": ("How many?", "1000000", "\\boxed{1 000 000}", 1.0),
+    "thousands-space-thin": ("How many?", "1000000", "\\boxed{1\u202f000\u2009000}", 1.0),
     "thousands-space-sum": ("What is $1+2$?", "3", "\\boxed{1 000}", 0.0),
     # ... in prose too, without a box (its last number was 000); a number before it, 7 100, is no 100 then
     "thousands-prose": ("How many apples?", "1000", "There are 1 000 apples.", 1.0),
