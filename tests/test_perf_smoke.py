@@ -87,6 +87,11 @@ def test_smoke_benchmark_writes_a_well_formed_report(tmp_path):
     assert "measured ÷ ideal" in proc.stdout and "× best bound" in proc.stdout
     assert "a lease's trips" in proc.stdout
     assert "(b)/(a)" in proc.stdout and "ms/task" in proc.stdout
+    # each scaling cell's tasks a second and reset p50: a reset grown slower shows in the table,
+    # not only in ratios to a bound that grew with it
+    assert "tasks/s reset p50" in proc.stdout
+    for row in report["scaling"]:
+        assert f"{row['tasks_per_s']:>9}{1000 * row['reset_p50_s']:>7.1f} ms" in proc.stdout, (row, proc.stdout)
     assert (tmp_path / report_path.name.replace(".json", ".png")).exists() or "no chart" in proc.stderr
 
 

@@ -72,8 +72,8 @@ def table(report: dict[str, Any]) -> str:
               f"(think {report['profile_spec']['scaling']['think_s']} s, "
               f"`sleep {report['profile_spec']['scaling']['vm_s']}`)",
               f"  {'N':>3}{'M':>3}{'tasks':>6}{'makespan':>10}{'bound':>8}{'÷bound':>8}{'N-bound':>9}"
-              f"{'÷best':>7}{'÷ideal':>8}{'busy':>6}{'wait p95':>9}{'tasks/s':>9}{'RSS/worker':>11}{'PSS/worker':>11}"
-              f"{'pool CPU/task':>14}{'steady':>8}"]
+              f"{'÷best':>7}{'÷ideal':>8}{'busy':>6}{'wait p95':>9}{'tasks/s':>9}{'reset p50':>10}"
+              f"{'RSS/worker':>11}{'PSS/worker':>11}{'pool CPU/task':>14}{'steady':>8}"]
     for row in report["scaling"]:
         lines.append(f"  {row['n']:>3}{row['m']:>3}{row['tasks']:>6}{row['makespan_s']:>9.2f}s"
                      f"{fmt_value(row['bound_s'], '.2f'):>7}s{fmt_value(row['makespan_over_bound'], '.3f'):>8}"
@@ -81,6 +81,7 @@ def table(report: dict[str, Any]) -> str:
                      f"{fmt_value(row.get('makespan_over_ideal'), '.3f'):>8}"
                      f"{fmt_value(row['busy_fraction'], '.2f'):>6}"
                      f"{fmt_value(row['lease_wait_p95_s'], '.3f'):>9}{fmt_value(row['tasks_per_s']):>9}"
+                     f"{fmt_value(row['reset_p50_s'] and 1000 * row['reset_p50_s'], '.1f'):>7} ms"
                      f"{fmt_value(row['rss_mb_per_worker'], '.1f'):>9}MB{fmt_value(row['pss_mb_per_worker'], '.1f'):>9}MB"
                      f"{row['manager_cpu_ms_per_task']:>11.2f} ms"
                      f"{fmt_value(row.get('manager_steady_cpu_ms_per_task'), '.2f'):>8}")
