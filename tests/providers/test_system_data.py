@@ -8,6 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
+import psutil
 import pytest
 
 from parallel_rollout.guest.client import GuestClient
@@ -16,7 +17,7 @@ from parallel_rollout.pool.providers.base import ProviderOptions
 from parallel_rollout.pool.providers.process import ProcessProvider
 from process_support import base_dir, no_leaked_sandbox  # noqa: F401 - fixtures
 
-pytestmark = pytest.mark.skipif(not system_data.found(), reason="this host has none of /var's system data")
+pytestmark = pytest.mark.skipif(not sandbox_fs.system_data_found(), reason="this host has none of /var's system data")
 
 
 def _listing(top: str) -> list[tuple[str, int, str]]:
@@ -38,14 +39,9 @@ def _in_vm(info, command: str) -> str:
 
 
 def _argv_of(info) -> list[str]:
-    """The bwrap command line of the VM's sandbox, read from /proc."""
-    pid = info.private["init_pid"]
-    for _ in range(6):
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        if argv[0].endswith(b"bwrap"):
-            return [arg.decode() for arg in argv]
-        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    raise AssertionError("no bwrap above the VM's init")
+    """The bwrap command line of the VM's sandbox: its init's, or the nearest parent's."""
+    init = psutil.Process(info.private["init_pid"])
+    return next(proc.cmdline() for proc in (init, *init.parents()) if proc.name() == "bwrap")
 
 
 def test_a_vm_sees_the_hosts_system_data_through_one_bind(base_dir):
@@ -60,7 +56,7 @@ def test_a_vm_sees_the_hosts_system_data_through_one_bind(base_dir):
                      if arg.startswith("--") and "bind" in arg and argv[i + 2].startswith("/var")]
         assert len(var_binds) == 1 and var_binds[0].startswith(str(base_dir / system_data.FOLDERS)), var_binds
         root = Path(f"/proc/{info.private['init_pid']}/root")
-        for folder in system_data.found():
+        for folder in sandbox_fs.system_data_found():
             assert _listing(f"{root}{folder}") == _listing(folder), folder
         assert _in_vm(info, "stat -c %a /var /var/lib /var/cache").split() == ["755"] * 3
         if shutil.which("aspell") and os.path.isdir("/var/lib/aspell"):
@@ -81,7 +77,7 @@ def test_a_copy_that_went_is_made_again_at_the_next_boot(base_dir):
         for _ in range(3):  # a standby booted before the removal may be handed out first
             info = provider.reset(info)
         assert made.is_dir()
-        first = system_data.found()[0]
+        first = sandbox_fs.system_data_found()[0]
         assert _in_vm(info, f"ls {first}").split() == sorted(os.listdir(first))
     finally:
         provider.stop(info)
@@ -94,7 +90,7 @@ def test_without_a_copy_the_folders_are_bound_one_by_one(tmp_path, caplog):
     assert system_data.prepare(tmp_path) is None
     assert "the system data's folder could not be made" in caplog.text
     binds = sandbox_fs.system_data(None)
-    assert [binds[i + 1] for i, arg in enumerate(binds) if arg == "--ro-bind"] == system_data.found()
+    assert [binds[i + 1] for i, arg in enumerate(binds) if arg == "--ro-bind"] == sandbox_fs.system_data_found()
     assert sandbox_fs.system_data(tmp_path / "copy") == ["--ro-bind", str(tmp_path / "copy"), "/var"]
 
 

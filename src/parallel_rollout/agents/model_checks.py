@@ -230,8 +230,6 @@ def _ask_all(probe: Callable[[str], Any], urls: list[str], stopped: Callable[[],
             if stopped():
                 return None
             thread.join(0.05)
-    if stopped():
-        return None
     for ok, answer in (answers[i] for i in range(len(urls))):
         if not ok:
             raise answer

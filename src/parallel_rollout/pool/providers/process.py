@@ -456,7 +456,7 @@ class ProcessProvider(Provider):
             self._spec = dataclasses.replace(self._spec, fronts_dir=fronts_dir, encodings_dir=None if fronts_dir
                                              else self._encodings_dir(spec.python))
             self._argvs.clear()
-        if self._spec.system_data_dir is not None and not system_data.current(self._spec.system_data_dir):
+        if self._spec.system_data_dir is not None and not self._spec.system_data_dir.is_dir():
             # gone (a sweep of the base folder): made again, or the folders bound one by one
             self._spec = dataclasses.replace(self._spec, system_data_dir=system_data.prepare(
                 secure_base_dir(self.base_dir)))

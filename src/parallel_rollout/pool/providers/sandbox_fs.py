@@ -194,13 +194,18 @@ SYSTEM_DATA = ("/var/lib/aspell", "/var/lib/dictionaries-common", "/var/cache/di
                "/var/lib/libreoffice/share", "/var/cache/postgresql/dicts")
 
 
+def system_data_found() -> list[str]:
+    """The folders of :data:`SYSTEM_DATA` the host has (not links: those are not bound)."""
+    return [path for path in SYSTEM_DATA if os.path.isdir(path) and not os.path.islink(path)]
+
+
 def system_data(folder: Path | None = None) -> list[str]:
     """The folders of :data:`SYSTEM_DATA` the host has, read-only: their copy's ``folder``
     (``system_data.prepare``) bound at /var, one bind; without it each bound as it is, in
     folders made for them (and /var/cache, for :func:`font_cache`) that hold nothing else."""
     if folder is not None:
         return ["--ro-bind", str(folder), "/var"]
-    found = [path for path in SYSTEM_DATA if os.path.isdir(path) and not os.path.islink(path)]
+    found = system_data_found()
     parents = {"/var", "/var/cache"} | {str(parent) for path in found for parent in Path(path).parents
                                          if parent != Path("/")}
     return [*open_dirs(*sorted(parents)),  # a folder's name sorts before its folders'

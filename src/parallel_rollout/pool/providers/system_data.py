@@ -8,7 +8,8 @@ boot, and a reset boots a standby (``benchmarks/perf/README.md``, "The system da
 They are data, read and never run, a few MB: a copy of them, made once under the provider's
 base folder and bound at /var in one bind, shows the sandbox the same files. The copy is made
 again when the host's folders changed (:func:`folder_key`: every file's size and time, read
-once per provider) or went; a provider that cannot make it binds the folders one by one.
+once per provider; a boot checks only that the copy is still there) or went; a provider that
+cannot make it binds the folders one by one.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from . import agent_folder, sandbox_fs
 
-__all__ = ["FOLDERS", "current", "folder_key", "found", "prepare"]
+__all__ = ["FOLDERS", "folder_key", "prepare"]
 
 #: the folders under the provider's base folder, one per content of the host's data
 FOLDERS = ".system-data"
@@ -28,11 +29,6 @@ FOLDERS = ".system-data"
 VAR = "/var"
 #: mount points a sandbox binds into /var on top of the folder (``sandbox_fs.font_cache``)
 MOUNT_POINTS = ("/var/cache/fontconfig",)
-
-
-def found() -> list[str]:
-    """The folders of ``SYSTEM_DATA`` the host has (not links: those are not bound either)."""
-    return [path for path in sandbox_fs.SYSTEM_DATA if os.path.isdir(path) and not os.path.islink(path)]
 
 
 def folder_key(folders: list[str]) -> str:
@@ -58,19 +54,13 @@ def prepare(base: Path) -> Path | None:
     """The folder under ``base`` that a sandbox binds at /var, made now if the host's data is
     not there as it is; None (the sandbox binds the folders one by one) when the host has
     none, or it cannot be made (a warning). Removes the others no provider used for a week."""
-    folders = found()
+    folders = sandbox_fs.system_data_found()
     if not folders:
         return None
     folder = base / FOLDERS / folder_key(folders)
     return agent_folder.made_and_pruned(folder, lambda scratch: _make(scratch, folders),
                                         "the system data's folder could not be made (%s%s): a process VM "
                                         "binds its folders of /var one by one")
-
-
-def current(folder: Path) -> bool:
-    """Whether ``folder`` (:func:`prepare`'s) is still there: a boot's check (one stat); a
-    change of the host's data is seen by the next provider."""
-    return folder.is_dir()
 
 
 def _make(scratch: Path, folders: list[str]) -> None:
