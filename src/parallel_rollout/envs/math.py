@@ -17,11 +17,12 @@ takes one final answer out of it and grades it against the task's answer::
 So ``1/2``, ``0.5``, ``\\frac{1}{2}`` and ``\\dfrac12`` agree; decimals count when they match
 to six places and to a thousandth of the answer's size (``0.333333`` is 1/3, ``0.33`` is not,
 ``0.0`` is no 1/2^30: ``math_answers``); intervals keep their brackets; ``1e3``
-is 1000 and ``5.`` is 5 (``_plain_numbers``: math-verify alone read 3e and nothing); ``3\\%``
+is 1000 and ``5.`` is 5 (``math_reading``: math-verify alone read 3e and nothing); ``3\\%``
 is 0.03 where the problem speaks of no percent and 3 where it does, one reading, never both,
-the task's answer's too (``_percent_as_value``); ``\\text{3}4`` is 34 and ``3 \\text{ (or 4)}``
-3 or 4 (``_shown_text``: math-verify read 3 \\cdot 4 and 3); ``3\\;4`` is two numbers and
-``\\phantom{4}3`` is 3 (``_plain_numbers``: math-verify read both as 7), and an equation that
+the task's answer's too; ``\\text{3}4`` is 34 and ``3 \\text{ (or 4)}``
+3 or 4 (math-verify read 3 \\cdot 4 and 3); ``3\\;4`` is two numbers and
+``\\phantom{4}3`` is 3 (math-verify read both as 7: each answer, the task's and the reply's, is read
+alike first, ``math_reading``), and an equation that
 sets two different numbers equal (``3 = 4``) is wrong, whatever its right side, as is a
 negation math-verify drops (``\\neq 3`` was 3), and two numbers joined by a relation
 math-verify keeps one side of (``3 \\approx 4`` was 3, ``3 \\vee 4`` 4; an approximation holds
@@ -49,6 +50,7 @@ from typing import Any, Mapping
 
 from .base import Env, StepResult, reject_none, require
 from .math_grader import DEFAULT_GRADE_TIMEOUT_S, INSTALL_HINT, grade_isolated
+from .math_reading import ALTERNATIVES, NUMBER, braced, read_answer, written_numbers
 
 #: longest extracted answer that is graded; longer ones score 0 without a grade
 MAX_ANSWER_CHARS = 1000
@@ -59,100 +61,21 @@ _BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 # take seconds to search, 20,000 half a minute.)
 _ANSWER_LINE = re.compile(r"(?:final\s+answer|answer)\s*(?:\*\*\s*)?(?::|is\b)\s*(?:\*\*)?(.*)$",
                           re.IGNORECASE | re.MULTILINE)
-#: digits that spaces part in threes after a first group of one to three (``1 000 000``, thin
-#: spaces ``1\u202f000`` and ``1\\,000`` too), as the SI writes a number: one number
-_THOUSANDS = r"\d{1,3}(?:(?: |\u2009|\u202f|\\,)\d{3}(?!\d))+"
-# A sign counts only when it is not a binary minus ("3-5" ends in 5, not -5).
-# e-notation is the number's (2.5e6), not a last number 6; "1 000" one number, not 1 and 000.
-_NUMBER = re.compile(rf"(?:(?<![\w)\]}}])-)?(?:(?<![\w.]){_THOUSANDS}|\d+(?:,\d{{3}})*)(?:\.\d+)?"
-                     r"(?:[eE][+-]?\d+\b)?(?:\s*/\s*\d+(?:\.\d+)?)?")
 #: the math delimiters, openers and closers ($$…$$, $…$, \\(…\\), \\[…\\]), in the order they are tried
 _DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
 _OPENER = re.compile(r"\$|\\[(\[]")
 #: what a brace group is made of: an escaped character (``\\{`` is a literal brace), a brace
 _BRACE_TOKEN = re.compile(r"\\.|[{}]", re.DOTALL)
 _TOKEN = re.compile(r"[^\s$]+")
-#: a decimal point that closes a number (``5.``) at the end of the answer or of one of its
-#: items (before a comma, a closing bracket or brace, a percent sign): not ``5. 6.``, read as 5 6
-_CLOSING_POINT = re.compile(r"(?<=\d)\.(?=\s*(?:$|[,;)\]}%]|\\[}%)\]]|\\right))")
-#: a thin space that parts a number's digits in threes (``10\\,000``, as MATH's answers write
-#: it): math-verify read it as a product, 10*0
-_THIN_SPACE = re.compile(r"(?<=\d)\\,(?=\d{3}(?!\d))")
-#: a number right before a bracket, which multiplies it (``3(4)`` is 12; math-verify read 7)
-_TIMES_BRACKET = re.compile(r"(?<=\d)\s*(?=\(|\\left\s*\()")
-#: a group that holds a number alone and is no command's argument nor a script: it shows the number
-#: where it stands (``3{4}`` is 34; math-verify added 7)
-_NUMBER_GROUP = re.compile(r"(?<![\\A-Za-z^_}\]\s])(\s*)\{\s*(\d+(?:\.\d+)?)\s*\}")
-_SPACED_THOUSANDS = re.compile(rf"[+-]?{_THOUSANDS}(?:\.\d+)?")
-#: numbers with nothing but spaces between them (``5 6``): math-verify added them up (11)
-_SPACED_NUMBERS = re.compile(r"[+-]?\d+(?:\.\d+)?(?:\s+\d+(?:\.\d+)?)+")
-#: a number in e-notation, alone or in a longer answer (``2e5+1``, ``\\frac{2e5}{2}``): its
-#: mantissa, its exponent's sign and its digits; no part of a name or of a longer number
-_E_NUMBER = re.compile(r"(?<![A-Za-z0-9_.])(\d+(?:\.\d*)?|\.\d+)[eE]([+-]?)(\d+)(?![A-Za-z0-9_.])")
-#: Euler's number: an e that is no part of a word (commands removed first)
-_EULER = re.compile(r"(?<![A-Za-z])e(?![A-Za-z])")
 _WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
 #: words a bare formula may contain without being prose
 _FORMULA_WORDS = frozenset({"sqrt", "pi", "inf", "infty", "oo", "sin", "cos", "tan", "cot", "sec", "csc",
                             "log", "ln", "exp", "arcsin", "arccos", "arctan"})
-#: words that offer numbers as alternatives ("3 or 4", "either 3 or 4", "3, maybe 4")
-_ALTERNATIVES = re.compile(r"\b(?:or|either|nor|maybe|perhaps|possibly|probably|otherwise)\b", re.IGNORECASE)
-#: a percent sign, LaTeX's or plain
-_PERCENT = re.compile(r"\\?%")
-#: a percent spelt out (``25 \\text{ percent}``, ``25 pct``), which math-verify takes for a percent
-#: sign (``\\text{ percent}`` it dropped: 25)
-_PERCENT_WORD = re.compile(r"\\(?:text|textrm|mathrm|mbox)\s*\{\s*(?:\\?%|percent(?:age)?|pct)\s*\}"
-                           r"|(?<![A-Za-z\\])(?:percent(?:age)?|pct)(?![A-Za-z])", re.IGNORECASE)
-#: LaTeX's horizontal spacing: a space (math-verify read ``3\\;4`` as 7, ``3\\hspace{1em}4`` as 4)
-_SPACING = re.compile(r"(?<!\\)\\(?:[,:;> ]|quad|qquad|enspace|thinspace|medspace|thickspace"
-                      r"|hspace\*?\s*\{[^{}]*\}|text\s*\{\s*\}|mbox\s*\{\s*\})|~")
-#: what LaTeX leaves invisible (``\\phantom{4}3`` shows 3; math-verify read 7)
-_PHANTOM = re.compile(r"\\[hv]?phantom\s*(?=\{)")
-#: math symbols written in unicode, as the LaTeX commands math-verify knows: it read ``3 · 4`` and
-#: ``3 ∨ 4`` as 4, ``3 ≈ 4`` as 3, ``≠ 3`` as 3 (it drops what it does not know)
-_SYMBOLS = {"≈": "\\approx", "∼": "\\sim", "≃": "\\simeq", "≅": "\\cong", "≡": "\\equiv", "≠": "\\neq",
-            "≤": "\\le", "≥": "\\ge", "∝": "\\propto", "∨": "\\vee", "∧": "\\wedge", "¬": "\\neg",
-            "→": "\\to", "←": "\\leftarrow", "↔": "\\leftrightarrow", "⇒": "\\Rightarrow", "⟹": "\\implies",
-            "⇐": "\\Leftarrow", "⇔": "\\iff", "⟺": "\\iff", "↦": "\\mapsto", "∈": "\\in", "∉": "\\notin",
-            "∋": "\\ni", "⊂": "\\subset", "⊆": "\\subseteq", "∪": "\\cup", "∩": "\\cap", "∖": "\\setminus",
-            "∣": "\\mid", "∀": "\\forall", "∃": "\\exists", "∴": "\\therefore", "∵": "\\because",
-            "…": "\\ldots", "⋯": "\\cdots", "·": "\\cdot", "⋅": "\\cdot", "∙": "\\cdot", "×": "\\times",
-            "÷": "\\div", "±": "\\pm", "∓": "\\mp", "√": "\\sqrt", "π": "\\pi", "∞": "\\infty", "−": "-",
-            "°": "^\\circ", "℃": "^\\circ \\text{C}", "℉": "^\\circ \\text{F}"}
-_SYMBOL = re.compile("|".join(map(re.escape, _SYMBOLS)))
-#: a temperature's unit, a bare C or F after a degree (``60°C``, ``60^\\circ F``): a unit in text, as
-#: math-verify drops it from ``60^\\circ\\text{C}`` (it read the bare letter as a variable, 60C)
-_DEGREE_UNIT = re.compile(r"(\^\s*(?:\\circ|\{\s*\\circ\s*\}))\s*([CF])(?![A-Za-z])")
-#: a style switch, or a strut, which shows nothing itself (``\\displaystyle 3 \\scriptstyle 4`` was 4)
-_STYLE = re.compile(r"\\(?:(?:display|text|script|scriptscript)style|(?:math)?strut)(?![A-Za-z])")
-#: a text group: what it holds is shown as written (``\\text{3}4`` shows 34, math-verify read 3 \\cdot 4)
-_TEXT = re.compile(r"\\(?:text(?:rm|it|bf|sf|tt|normal|up)?|mbox|math(?:rm|it|bf|sf|tt|normal))\s*(?=\{)")
-#: a problem that speaks of percent, whose answer may be a bare number of percent ("What percent …?")
-_SPEAKS_OF_PERCENT = re.compile(r"percent|%", re.IGNORECASE)
-
-
-def _braced(text: str, start: int) -> str | None:
-    """The content of the brace group opening at ``text[start]``, or None when it never closes."""
-    depth = 0
-    index = start
-    while index < len(text):
-        char = text[index]
-        if char == "\\":
-            index += 2  # \{ and \} are literal braces, not grouping
-            continue
-        if char == "{":
-            depth += 1
-        elif char == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start + 1:index]
-        index += 1
-    return None
 
 
 def _closing_braces(text: str) -> dict[int, int]:
     """Where each brace group of ``text`` that closes closes: ``{`` index -> ``}`` index, in one
-    pass, as :func:`_braced` finds them one by one (which, for each of many unclosed boxes,
+    pass, as :func:`math_reading.braced` finds them one by one (which, for each of many unclosed boxes,
     read to the end: a 70 KB reply of ``\\boxed{`` took 74 s)."""
     closes: dict[int, int] = {}
     opened: list[int] = []
@@ -204,23 +127,18 @@ def _is_formula(text: str) -> bool:
     return all(word.lower() in _FORMULA_WORDS for word in _WORD.findall(text))
 
 
-def _numbers(text: str) -> list[str]:
-    """The numbers written in ``text``, each as math-verify reads one (no spaces, no commas)."""
-    return [re.sub(r"\s+|\\,", "", number).replace(",", "") for number in _NUMBER.findall(text)]
-
-
 def _last_number(text: str) -> str | None:
-    numbers = _numbers(text)
+    numbers = written_numbers(text)
     return numbers[-1] if numbers else None
 
 
 def _alternatives(fragment: str) -> str | None:
     """The different numbers of a prose ``fragment`` that offers them as alternatives ("3 or 4",
     "either", "3, maybe 4"), as a list: its last number alone (4) let a reply answer twice."""
-    if not _ALTERNATIVES.search(fragment):
+    if not ALTERNATIVES.search(fragment):
         return None
     values: dict[Fraction | str, str] = {}
-    for number in _numbers(fragment):
+    for number in written_numbers(fragment):
         numerator, _, denominator = number.partition("/")
         try:
             values.setdefault(Fraction(numerator) / Fraction(denominator or 1), number)
@@ -232,7 +150,7 @@ def _alternatives(fragment: str) -> str | None:
 def _formula_of_last_number(text: str) -> str | None:
     """The formula in math delimiters that holds the reply's last number, when it is one
     ("The probability is $\\frac{1}{2}$.": ``\\frac{1}{2}``, not its last number 2)."""
-    numbers = list(_NUMBER.finditer(text))
+    numbers = list(NUMBER.finditer(text))
     if not numbers:
         return None
     at = numbers[-1].start()
@@ -284,7 +202,7 @@ def extract_answer(reply: str) -> tuple[str | None, str | None]:
     if _is_formula(whole):
         return whole, "formula"
     # the last line that holds a number, where it offers numbers as alternatives ("3 or 4")
-    last_line = next((line for line in reversed(reply.splitlines()) if _NUMBER.search(line)), "")
+    last_line = next((line for line in reversed(reply.splitlines()) if NUMBER.search(line)), "")
     alternatives = _alternatives(last_line)
     if alternatives is not None:
         return alternatives, "last_number"
@@ -297,83 +215,6 @@ def extract_answer(reply: str) -> tuple[str | None, str | None]:
     return None, None
 
 
-def _plain_numbers(answer: str, other: str) -> str:
-    """``answer`` with its numbers written as math-verify reads them, beside the ``other``
-    answer it is compared with (and its unicode symbols as LaTeX's: ``3 · 4`` is 12, ``3 ∨ 4``
-    no 4): a decimal point that closes a number dropped (``5.`` is 5,
-    math-verify cannot parse it), a thin space between its digits too (``10\\,000``), numbers
-    parted by spaces alone as a list (``5 6`` is no 11), and
-    its numbers in e-notation, whole or in a longer answer (``1e3``, ``2.5e-4``, ``2e5+1``;
-    Python writes a task's answer 0.00001 as ``1e-05``), with the capital E that math-verify
-    reads as a power of ten (its small e is Euler's number: ``1e3`` was 3e, ``2e5+1`` 10e + 1,
-    so 200001 was wrong and 10e + 1 right); one with a signed exponent stays as written where
-    ``other`` holds Euler's number (``2e-1`` beside ``2e - 1`` stays 2e - 1)."""
-    answer = _SYMBOL.sub(lambda symbol: f" {_SYMBOLS[symbol[0]]} ", answer)
-    answer = _shown_text(_DEGREE_UNIT.sub(r"\1\\text{\2}", answer))
-    answer = _SPACING.sub(" ", _THIN_SPACE.sub("", _CLOSING_POINT.sub("", _visible(answer))))
-    while (grouped := _NUMBER_GROUP.sub(r"\1\2", answer)) != answer:  # {3}{4}: 3{4}, then 34
-        answer = grouped
-    answer = _TIMES_BRACKET.sub(" \\\\cdot ", answer)
-    if _SPACED_THOUSANDS.fullmatch(answer.strip()):
-        return "".join(answer.split())  # 1 000 000: one number, its digits in threes
-    if _SPACED_NUMBERS.fullmatch(answer.strip()):
-        return ", ".join(answer.split())  # as many numbers as it writes, not their sum
-    euler = _EULER.search(re.sub(r"\\[A-Za-z]+", "", _E_NUMBER.sub("", other)))
-    return _E_NUMBER.sub(lambda number: number[0] if number[2] and euler else
-                         f"{number[1]}E{number[2]}{number[3]}", answer)
-
-
-def _shown_text(answer: str) -> str:
-    """``answer`` with each text group that holds numbers read as it shows them: a number alone
-    is that number (``\\text{3}4`` is 34), numbers it offers as alternatives are alternatives
-    (``3 \\text{ (or 4)}`` is 3 or 4, as ``3 \\text{ or } 4`` is: math-verify read 3, dropping
-    the text; ``3 \\text{ (or } 4`` 4); other text (``12\\text{ cm}``) stays for math-verify to drop."""
-    at = 0
-    while (match := _TEXT.search(answer, at)) is not None:
-        content = _braced(answer, match.end())
-        if content is None:
-            return answer
-        end = match.end() + len(content) + 2
-        numbers = _numbers(content)
-        if numbers and re.fullmatch(r"\s*[+-]?\d+(?:\.\d+)?\s*", content):
-            shown = content.strip()
-        elif _ALTERNATIVES.search(content):  # "or" parts what stands either side of it
-            parts = [""] * bool(answer[:match.start()].strip()) + numbers + [""] * bool(answer[end:].strip())
-            shown = " " + " \\text{ or } ".join(parts) + " "
-        else:
-            shown = answer[match.start():end]
-        answer = answer[:match.start()] + shown + answer[end:]
-        at = match.start() + len(shown)
-    return answer
-
-
-def _visible(answer: str) -> str:
-    """``answer`` without what ``\\phantom`` (``\\hphantom``, ``\\vphantom``) hides, nor its
-    style switches (``\\displaystyle``)."""
-    answer = _STYLE.sub(" ", answer)
-    while (match := _PHANTOM.search(answer)) is not None:
-        hidden = _braced(answer, match.end())
-        if hidden is None:
-            return answer
-        answer = answer[:match.start()] + " " + answer[match.end() + len(hidden) + 2:]
-    return answer
-
-
-def _percent_as_value(answer: str, problem: str) -> str:
-    """``answer`` (the reply's or the task's) with each percent (a sign, or spelt out) read in
-    one unit, the ``problem``'s: where it speaks of percent, its numbers are percents and
-    ``25\\%`` is 25; elsewhere a percent is the hundredth it is (``3\\%`` is 0.03). math-verify
-    reads ``X\\%`` both ways, X and X/100, so a percent sign on either answer was a hedge:
-    ``3\\%`` scored for 3 and for 0.03, ``2500\\%`` for a "What percent …?" of 25 (and
-    ``2.5\\%``, a float, only as 0.025); a task's ``25\\%`` took both 25 and 0.25."""
-    answer = _PERCENT_WORD.sub(lambda _: "\\%", answer)
-    if "%" not in answer:
-        return answer
-    if _SPEAKS_OF_PERCENT.search(problem):
-        return _PERCENT.sub(" ", answer)
-    return _PERCENT.sub(lambda _: "\\cdot\\frac{1}{100}", answer)
-
-
 def grade(expected: str, extracted: str, timeout_s: float = DEFAULT_GRADE_TIMEOUT_S,
           problem: str = "") -> dict[str, Any]:
     """``{"correct": bool, "reason": ...}`` for an extracted answer to ``problem``; safe on any
@@ -381,8 +222,8 @@ def grade(expected: str, extracted: str, timeout_s: float = DEFAULT_GRADE_TIMEOU
     outside: retried)."""
     if len(extracted) > MAX_ANSWER_CHARS:
         return {"correct": False, "reason": "answer_too_long"}
-    answer = _percent_as_value(_plain_numbers(extracted, expected), problem)
-    return grade_isolated(_percent_as_value(_plain_numbers(expected, extracted), problem), answer, timeout_s)
+    answer = read_answer(extracted, expected, problem)
+    return grade_isolated(read_answer(expected, extracted, problem), answer, timeout_s)
 
 
 def _reply_text(action: Any) -> tuple[str | None, bool]:
@@ -435,7 +276,7 @@ class MathEnv(Env):
             if len(answer) > MAX_ANSWER_CHARS:
                 raise ValueError(f"field 'answer' is longer than {MAX_ANSWER_CHARS} characters")
             # The oracle's reply is \boxed{answer}: unbalanced braces would cut it short.
-            if _braced("{" + answer + "}", 0) != answer:
+            if braced("{" + answer + "}", 0) != answer:
                 raise ValueError(f"field 'answer' has unbalanced braces: {answer!r}")
 
     @classmethod

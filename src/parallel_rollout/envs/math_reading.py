@@ -1,0 +1,190 @@
+"""How an answer is read before math-verify parses it: the task's answer and the reply's alike.
+
+Both answers of a grading go through the same reading (``read_answer``), each beside the
+other, so a form that the task's answer writes is read as a reply that writes it the same
+way is::
+
+    answer ─► unicode symbols as LaTeX's commands (``3 · 4`` is 12, ``60°`` is ``60^\\circ``)
+           ─► text groups as they show (``\\text{3}4`` is 34, ``3 \\text{ (or 4)}`` 3 or 4)
+           ─► what LaTeX shows of it: no ``\\phantom``, no style switch, spacing a space
+           ─► its numbers as written: ``5.`` is 5, ``10\\,000`` 10000, ``5 6`` two numbers,
+              ``1e3`` 1000 (math-verify read 3e), ``3(4)`` 12
+           ─► a percent in the problem's unit (``3\\%`` is 0.03, or 3 where it speaks of percent)
+
+math-verify alone read each of these otherwise (``3\\;4`` and ``\\phantom{4}3`` as 7, ``1e3`` as
+3e, ``5.`` not at all, ``3\\%`` both as 3 and 0.03). What the reading cannot see, a parse
+that lost or kept one side of what the answer says, is checked on the parse
+(``math_answers``).
+"""
+
+from __future__ import annotations
+
+import re
+
+#: digits that spaces part in threes after a first group of one to three (``1 000 000``, thin
+#: spaces ``1\u202f000`` and ``1\\,000`` too), as the SI writes a number: one number
+_THOUSANDS = r"\d{1,3}(?:(?: |\u2009|\u202f|\\,)\d{3}(?!\d))+"
+# A sign counts only when it is not a binary minus ("3-5" ends in 5, not -5).
+# e-notation is the number's (2.5e6), not a last number 6; "1 000" one number, not 1 and 000.
+NUMBER = re.compile(rf"(?:(?<![\w)\]}}])-)?(?:(?<![\w.]){_THOUSANDS}|\d+(?:,\d{{3}})*)(?:\.\d+)?"
+                    r"(?:[eE][+-]?\d+\b)?(?:\s*/\s*\d+(?:\.\d+)?)?")
+#: a decimal point that closes a number (``5.``) at the end of the answer or of one of its
+#: items (before a comma, a closing bracket or brace, a percent sign): not ``5. 6.``, read as 5 6
+_CLOSING_POINT = re.compile(r"(?<=\d)\.(?=\s*(?:$|[,;)\]}%]|\\[}%)\]]|\\right))")
+#: a thin space that parts a number's digits in threes (``10\\,000``, as MATH's answers write
+#: it): math-verify read it as a product, 10*0
+_THIN_SPACE = re.compile(r"(?<=\d)\\,(?=\d{3}(?!\d))")
+#: a number right before a bracket, which multiplies it (``3(4)`` is 12; math-verify read 7)
+_TIMES_BRACKET = re.compile(r"(?<=\d)\s*(?=\(|\\left\s*\()")
+#: a group that holds a number alone and is no command's argument nor a script: it shows the number
+#: where it stands (``3{4}`` is 34; math-verify added 7)
+_NUMBER_GROUP = re.compile(r"(?<![\\A-Za-z^_}\]\s])(\s*)\{\s*(\d+(?:\.\d+)?)\s*\}")
+_SPACED_THOUSANDS = re.compile(rf"[+-]?{_THOUSANDS}(?:\.\d+)?")
+#: numbers with nothing but spaces between them (``5 6``): math-verify added them up (11)
+_SPACED_NUMBERS = re.compile(r"[+-]?\d+(?:\.\d+)?(?:\s+\d+(?:\.\d+)?)+")
+#: a number in e-notation, alone or in a longer answer (``2e5+1``, ``\\frac{2e5}{2}``): its
+#: mantissa, its exponent's sign and its digits; no part of a name or of a longer number
+_E_NUMBER = re.compile(r"(?<![A-Za-z0-9_.])(\d+(?:\.\d*)?|\.\d+)[eE]([+-]?)(\d+)(?![A-Za-z0-9_.])")
+#: Euler's number: an e that is no part of a word (commands removed first)
+_EULER = re.compile(r"(?<![A-Za-z])e(?![A-Za-z])")
+#: words that offer numbers as alternatives ("3 or 4", "either 3 or 4", "3, maybe 4")
+ALTERNATIVES = re.compile(r"\b(?:or|either|nor|maybe|perhaps|possibly|probably|otherwise)\b", re.IGNORECASE)
+#: a percent sign, LaTeX's or plain
+_PERCENT = re.compile(r"\\?%")
+#: a percent spelt out (``25 \\text{ percent}``, ``25 pct``), which math-verify takes for a percent
+#: sign (``\\text{ percent}`` it dropped: 25)
+_PERCENT_WORD = re.compile(r"\\(?:text|textrm|mathrm|mbox)\s*\{\s*(?:\\?%|percent(?:age)?|pct)\s*\}"
+                           r"|(?<![A-Za-z\\])(?:percent(?:age)?|pct)(?![A-Za-z])", re.IGNORECASE)
+#: LaTeX's horizontal spacing: a space (math-verify read ``3\\;4`` as 7, ``3\\hspace{1em}4`` as 4)
+_SPACING = re.compile(r"(?<!\\)\\(?:[,:;> ]|quad|qquad|enspace|thinspace|medspace|thickspace"
+                      r"|hspace\*?\s*\{[^{}]*\}|text\s*\{\s*\}|mbox\s*\{\s*\})|~")
+#: what LaTeX leaves invisible (``\\phantom{4}3`` shows 3; math-verify read 7)
+_PHANTOM = re.compile(r"\\[hv]?phantom\s*(?=\{)")
+#: math symbols written in unicode, as the LaTeX commands math-verify knows: it read ``3 · 4`` and
+#: ``3 ∨ 4`` as 4, ``3 ≈ 4`` as 3, ``≠ 3`` as 3 (it drops what it does not know)
+_SYMBOLS = {"≈": "\\approx", "∼": "\\sim", "≃": "\\simeq", "≅": "\\cong", "≡": "\\equiv", "≠": "\\neq",
+            "≤": "\\le", "≥": "\\ge", "∝": "\\propto", "∨": "\\vee", "∧": "\\wedge", "¬": "\\neg",
+            "→": "\\to", "←": "\\leftarrow", "↔": "\\leftrightarrow", "⇒": "\\Rightarrow", "⟹": "\\implies",
+            "⇐": "\\Leftarrow", "⇔": "\\iff", "⟺": "\\iff", "↦": "\\mapsto", "∈": "\\in", "∉": "\\notin",
+            "∋": "\\ni", "⊂": "\\subset", "⊆": "\\subseteq", "∪": "\\cup", "∩": "\\cap", "∖": "\\setminus",
+            "∣": "\\mid", "∀": "\\forall", "∃": "\\exists", "∴": "\\therefore", "∵": "\\because",
+            "…": "\\ldots", "⋯": "\\cdots", "·": "\\cdot", "⋅": "\\cdot", "∙": "\\cdot", "×": "\\times",
+            "÷": "\\div", "±": "\\pm", "∓": "\\mp", "√": "\\sqrt", "π": "\\pi", "∞": "\\infty", "−": "-",
+            "°": "^\\circ", "℃": "^\\circ \\text{C}", "℉": "^\\circ \\text{F}"}
+_SYMBOL = re.compile("|".join(map(re.escape, _SYMBOLS)))
+#: a temperature's unit, a bare C or F after a degree (``60°C``, ``60^\\circ F``): a unit in text, as
+#: math-verify drops it from ``60^\\circ\\text{C}`` (it read the bare letter as a variable, 60C)
+_DEGREE_UNIT = re.compile(r"(\^\s*(?:\\circ|\{\s*\\circ\s*\}))\s*([CF])(?![A-Za-z])")
+#: a style switch, or a strut, which shows nothing itself (``\\displaystyle 3 \\scriptstyle 4`` was 4)
+_STYLE = re.compile(r"\\(?:(?:display|text|script|scriptscript)style|(?:math)?strut)(?![A-Za-z])")
+#: a text group: what it holds is shown as written (``\\text{3}4`` shows 34, math-verify read 3 \\cdot 4)
+_TEXT = re.compile(r"\\(?:text(?:rm|it|bf|sf|tt|normal|up)?|mbox|math(?:rm|it|bf|sf|tt|normal))\s*(?=\{)")
+#: a problem that speaks of percent, whose answer may be a bare number of percent ("What percent …?")
+_SPEAKS_OF_PERCENT = re.compile(r"percent|%", re.IGNORECASE)
+
+
+def braced(text: str, start: int) -> str | None:
+    """The content of the brace group opening at ``text[start]``, or None when it never closes."""
+    depth = 0
+    index = start
+    while index < len(text):
+        char = text[index]
+        if char == "\\":
+            index += 2  # \{ and \} are literal braces, not grouping
+            continue
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start + 1:index]
+        index += 1
+    return None
+
+
+def written_numbers(text: str) -> list[str]:
+    """The numbers written in ``text``, each as math-verify reads one (no spaces, no commas)."""
+    return [re.sub(r"\s+|\\,", "", number).replace(",", "") for number in NUMBER.findall(text)]
+
+
+def read_answer(answer: str, other: str, problem: str) -> str:
+    """``answer`` as math-verify is to parse it, beside the ``other`` answer it is compared with,
+    for ``problem``: the task's answer's reading and the reply's are the same."""
+    return _percent_as_value(_plain_numbers(answer, other), problem)
+
+
+def _plain_numbers(answer: str, other: str) -> str:
+    """``answer`` with its numbers written as math-verify reads them, beside the ``other``
+    answer it is compared with (and its unicode symbols as LaTeX's: ``3 · 4`` is 12, ``3 ∨ 4``
+    no 4): a decimal point that closes a number dropped (``5.`` is 5,
+    math-verify cannot parse it), a thin space between its digits too (``10\\,000``), numbers
+    parted by spaces alone as a list (``5 6`` is no 11), and
+    its numbers in e-notation, whole or in a longer answer (``1e3``, ``2.5e-4``, ``2e5+1``;
+    Python writes a task's answer 0.00001 as ``1e-05``), with the capital E that math-verify
+    reads as a power of ten (its small e is Euler's number: ``1e3`` was 3e, ``2e5+1`` 10e + 1,
+    so 200001 was wrong and 10e + 1 right); one with a signed exponent stays as written where
+    ``other`` holds Euler's number (``2e-1`` beside ``2e - 1`` stays 2e - 1)."""
+    answer = _SYMBOL.sub(lambda symbol: f" {_SYMBOLS[symbol[0]]} ", answer)
+    answer = _shown_text(_DEGREE_UNIT.sub(r"\1\\text{\2}", answer))
+    answer = _SPACING.sub(" ", _THIN_SPACE.sub("", _CLOSING_POINT.sub("", _visible(answer))))
+    while (grouped := _NUMBER_GROUP.sub(r"\1\2", answer)) != answer:  # {3}{4}: 3{4}, then 34
+        answer = grouped
+    answer = _TIMES_BRACKET.sub(" \\\\cdot ", answer)
+    if _SPACED_THOUSANDS.fullmatch(answer.strip()):
+        return "".join(answer.split())  # 1 000 000: one number, its digits in threes
+    if _SPACED_NUMBERS.fullmatch(answer.strip()):
+        return ", ".join(answer.split())  # as many numbers as it writes, not their sum
+    euler = _EULER.search(re.sub(r"\\[A-Za-z]+", "", _E_NUMBER.sub("", other)))
+    return _E_NUMBER.sub(lambda number: number[0] if number[2] and euler else
+                         f"{number[1]}E{number[2]}{number[3]}", answer)
+
+
+def _shown_text(answer: str) -> str:
+    """``answer`` with each text group that holds numbers read as it shows them: a number alone
+    is that number (``\\text{3}4`` is 34), numbers it offers as alternatives are alternatives
+    (``3 \\text{ (or 4)}`` is 3 or 4, as ``3 \\text{ or } 4`` is: math-verify read 3, dropping
+    the text; ``3 \\text{ (or } 4`` 4); other text (``12\\text{ cm}``) stays for math-verify to drop."""
+    at = 0
+    while (match := _TEXT.search(answer, at)) is not None:
+        content = braced(answer, match.end())
+        if content is None:
+            return answer
+        end = match.end() + len(content) + 2
+        numbers = written_numbers(content)
+        if numbers and re.fullmatch(r"\s*[+-]?\d+(?:\.\d+)?\s*", content):
+            shown = content.strip()
+        elif ALTERNATIVES.search(content):  # "or" parts what stands either side of it
+            parts = [""] * bool(answer[:match.start()].strip()) + numbers + [""] * bool(answer[end:].strip())
+            shown = " " + " \\text{ or } ".join(parts) + " "
+        else:
+            shown = answer[match.start():end]
+        answer = answer[:match.start()] + shown + answer[end:]
+        at = match.start() + len(shown)
+    return answer
+
+
+def _visible(answer: str) -> str:
+    """``answer`` without what ``\\phantom`` (``\\hphantom``, ``\\vphantom``) hides, nor its
+    style switches (``\\displaystyle``)."""
+    answer = _STYLE.sub(" ", answer)
+    while (match := _PHANTOM.search(answer)) is not None:
+        hidden = braced(answer, match.end())
+        if hidden is None:
+            return answer
+        answer = answer[:match.start()] + " " + answer[match.end() + len(hidden) + 2:]
+    return answer
+
+
+def _percent_as_value(answer: str, problem: str) -> str:
+    """``answer`` (the reply's or the task's) with each percent (a sign, or spelt out) read in
+    one unit, the ``problem``'s: where it speaks of percent, its numbers are percents and
+    ``25\\%`` is 25; elsewhere a percent is the hundredth it is (``3\\%`` is 0.03). math-verify
+    reads ``X\\%`` both ways, X and X/100, so a percent sign on either answer was a hedge:
+    ``3\\%`` scored for 3 and for 0.03, ``2500\\%`` for a "What percent …?" of 25 (and
+    ``2.5\\%``, a float, only as 0.025); a task's ``25\\%`` took both 25 and 0.25."""
+    answer = _PERCENT_WORD.sub(lambda _: "\\%", answer)
+    if "%" not in answer:
+        return answer
+    if _SPEAKS_OF_PERCENT.search(problem):
+        return _PERCENT.sub(" ", answer)
+    return _PERCENT.sub(lambda _: "\\cdot\\frac{1}{100}", answer)
