@@ -238,16 +238,22 @@ class ReplyAgent(Agent):
         return self.reply
 
 
-def test_a_reply_scores_what_it_says(tmp_path: Path):
+def run_tasks(tmp_path: Path, tasks: dict[str, tuple[str, str]], agent: str) -> list[dict]:
+    """The records of a run of ``agent`` (``module:Class``) on ``tasks`` (task id -> (problem, the
+    task's answer)), one rollout each."""
     pytest.importorskip("math_verify")
     data = tmp_path / "cases.jsonl"
     data.write_text("".join(json.dumps({"id": task_id, "mode": "math", "problem": problem, "answer": answer}) + "\n"
-                            for task_id, (problem, answer, _, _) in CASES.items()))
-    outcome = Runner(build_config(dict(mode="math", data=str(data), agent="test_math_tricks:ReplyAgent",
+                            for task_id, (problem, answer) in tasks.items()))
+    outcome = Runner(build_config(dict(mode="math", data=str(data), agent=agent,
                                        num_rollouts=1, progress=False, output_dir=str(tmp_path / "out"),
                                        run_id="r", task_timeout=60))).run()
     assert outcome.exit_code in (0, 1), outcome.message
-    records = [json.loads(line) for line in (outcome.run_dir / "results.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in (outcome.run_dir / "results.jsonl").read_text().splitlines()]
+
+
+def test_a_reply_scores_what_it_says(tmp_path: Path):
+    records = run_tasks(tmp_path, {task_id: case[:2] for task_id, case in CASES.items()}, "test_math_tricks:ReplyAgent")
     rewards = {r["task_id"]: r["reward"] for r in records}
     assert rewards == {task_id: reward for task_id, (_, _, _, reward) in CASES.items()}, \
         {r["task_id"]: r["eval"] for r in records if r["reward"] != CASES[r["task_id"]][3]}

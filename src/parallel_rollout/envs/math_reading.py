@@ -75,6 +75,17 @@ _SYMBOL = re.compile("|".join(map(re.escape, _SYMBOLS)))
 #: a temperature's unit, a bare C or F after a degree (``60°C``, ``60^\\circ F``): a unit in text, as
 #: math-verify drops it from ``60^\\circ\\text{C}`` (it read the bare letter as a variable, 60C)
 _DEGREE_UNIT = re.compile(r"(\^\s*(?:\\circ|\{\s*\\circ\s*\}))\s*([CF])(?![A-Za-z])")
+#: "mod" as a word of the answer: in text (``\\text{mod }``, ``\\mathrm{mod}``), a command or bare
+_MOD_WORD = (r"(?:\\(?:text(?:rm|normal|up)?|mathrm|mbox|operatorname)\s*\{\s*mod\s*\}"
+             r"|\\[bp]?mod(?![A-Za-z])|mod(?![A-Za-z]))")
+#: a modulus written after a residue (``7 \\pmod{9}``, ``7 \\text{ (mod } 9)``, ``7 \\ (\\mathrm{mod}\\ 9)``,
+#: ``7 (\\bmod 9)``): it names the congruence, and is no part of the residue's value (math-verify
+#: read ``7 \\text{ (mod } 9)`` and ``7 (\\bmod 9)`` as 9, ``7 \\pmod 9`` as 7 - 9do: a task's answer
+#: written so took 9 for its answer and not 7)
+_MODULUS = re.compile(r"\\pmod\s*(?:\{[^{}]*\}|[A-Za-z0-9]+)"
+                      rf"|(?:\\left\s*)?\(\s*{_MOD_WORD}[^()]*?(?:\\right\s*)?\)"
+                      r"|\\(?:text(?:rm|normal|up)?|mathrm|mbox)\s*\{\s*\(\s*mod(?![A-Za-z])"
+                      r"(?:[^{}()]*\)\s*\}|\s*\}[^(){}]*\))")
 #: a style switch, or a strut, which shows nothing itself (``\\displaystyle 3 \\scriptstyle 4`` was 4)
 _STYLE = re.compile(r"\\(?:(?:display|text|script|scriptscript)style|(?:math)?strut)(?![A-Za-z])")
 #: a text group: what it holds is shown as written (``\\text{3}4`` shows 34, math-verify read 3 \\cdot 4)
@@ -116,15 +127,17 @@ def read_answer(answer: str, other: str, problem: str) -> str:
 def _plain_numbers(answer: str, other: str) -> str:
     """``answer`` with its numbers written as math-verify reads them, beside the ``other``
     answer it is compared with (and its unicode symbols as LaTeX's: ``3 · 4`` is 12, ``3 ∨ 4``
-    no 4): a decimal point that closes a number dropped (``5.`` is 5,
-    math-verify cannot parse it), a thin space between its digits too (``10\\,000``), numbers
-    parted by spaces alone as a list (``5 6`` is no 11), and
+    no 4; a residue without its modulus: ``7 \\pmod{9}`` is 7): a decimal point that closes a
+    number dropped (``5.`` is 5, math-verify cannot parse it), a thin space between its digits
+    too (``10\\,000``), numbers parted by spaces alone as a list (``5 6`` is no 11), and
     its numbers in e-notation, whole or in a longer answer (``1e3``, ``2.5e-4``, ``2e5+1``;
     Python writes a task's answer 0.00001 as ``1e-05``), with the capital E that math-verify
     reads as a power of ten (its small e is Euler's number: ``1e3`` was 3e, ``2e5+1`` 10e + 1,
     so 200001 was wrong and 10e + 1 right); one with a signed exponent stays as written where
     ``other`` holds Euler's number (``2e-1`` beside ``2e - 1`` stays 2e - 1)."""
     answer = _SYMBOL.sub(lambda symbol: f" {_SYMBOLS[symbol[0]]} ", answer)
+    # \bmod between numbers is the operation math-verify reads \mod as (it read 3 \bmod 9 as 9)
+    answer = re.sub(r"\\bmod(?![A-Za-z])", r"\\mod", _MODULUS.sub(" ", answer))
     answer = _shown_text(_DEGREE_UNIT.sub(r"\1\\text{\2}", answer))
     answer = _SPACING.sub(" ", _THIN_SPACE.sub("", _CLOSING_POINT.sub("", _visible(answer))))
     while (grouped := _NUMBER_GROUP.sub(r"\1\2", answer)) != answer:  # {3}{4}: 3{4}, then 34

@@ -1,0 +1,154 @@
+"""math: a task's own answer (its gold) is read as a reply that writes it is, in the forms math
+datasets write their answers: MATH's and MATH-500's (and the ``\\boxed{}`` their ``solution`` ends
+in), GSM8K's numbers with thousands commas, NuminaMath's and DeepScaleR's LaTeX, AIME's integers
+with leading zeros, verl's ``reward_model.ground_truth``. For each gold, a reply that boxes the
+gold itself scores 1, a reply that writes it another way scores 1 where math-verify's
+equivalence allows, and a wrong reply scores 0; each graded through a run of the Runner, as a
+trainer's rewards come.
+
+* A modulus after a residue is no part of its value: math-verify read ``7 \\text{ (mod } 9)`` as
+  9, so the reply that wrote the gold scored 0 and ``\\boxed{9}`` scored 1; it read
+  ``7 \\pmod 9`` as 7 - 9do, so ``\\boxed{7}`` scored 0.
+
+The agent below is imported by spawned workers as ``test_math_golds:…``, so this module
+imports nothing from conftest.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from parallel_rollout.agents import Agent
+from test_math_tricks import run_tasks
+
+#: the task's answer -> (replies that say the same another way, wrong replies)
+GOLDS = {
+    # multiple choice (MATH, NuminaMath's amc_aime)
+    r"\text{(C)}": (["C", r"\text{C}", "(C)"], [r"\text{(D)}", "D"]),
+    r"\textbf{(A)}": (["A"], ["B"]),
+    r"\mathrm{(B)}": (["B"], ["A"]),
+    "(B)": (["B"], ["A"]),
+    "C": ([r"\text{(C)}"], ["D"]),
+    # fractions and decimals
+    r"\frac{1}{2}": (["0.5", "1/2"], [r"\frac{1}{3}"]),
+    r"\dfrac{1}{2}": (["0.5", r"\frac12"], [r"\frac{1}{3}"]),
+    r"\tfrac{1}{2}": (["0.5"], [r"\frac{1}{3}"]),
+    r"\dfrac12": (["0.5"], [r"\frac{1}{3}"]),
+    r"-\frac{1}{2}": (["-0.5"], [r"\frac{1}{2}"]),
+    r"\frac{-1}{2}": (["-0.5"], ["0.5"]),
+    "0.5": ([r"\frac{1}{2}"], ["0.6"]),
+    ".5": (["0.5"], ["5"]),
+    "1.5": ([r"\frac{3}{2}"], ["1.6"]),
+    r"6\frac{1}{2}": (["6.5", r"\frac{13}{2}"], ["3"]),
+    # money, percent, thousands (MATH, GSM8K)
+    r"\$5.00": (["5", r"\$5"], ["6"]),
+    r"\$18.90": (["18.90", "18.9"], ["18.80"]),
+    r"\$1,\!000": (["1000"], ["100"]),
+    r"5\%": ([r"5\%", "0.05"], [r"6\%"]),
+    "10{,}000": (["10000", "10,000"], ["1000"]),
+    "10,000": (["10000", "10{,}000"], ["1000"]),
+    "1,000": (["1000"], ["100", "1", "0"]),
+    "1,000,000": (["1000000"], ["1000"]),
+    "1{,}000{,}000": (["1000000"], ["1000"]),
+    r"1\,000": (["1000"], ["1"]),
+    "#### 1,000": (["1000"], ["100"]),
+    "#### 42": (["42"], ["43"]),
+    # AIME: integers with leading zeros
+    "033": (["33"], ["34"]),
+    "007": (["7"], ["70"]),
+    "070": (["70"], ["7"]),
+    "000": (["0"], ["1"]),
+    # named values, tuples, intervals, sets
+    "x = 3": (["3"], ["4"]),
+    "(1, 2)": (["(1,2)"], ["(2, 1)"]),
+    "(3,-1)": (["(3, -1)"], ["(-1, 3)"]),
+    r"\left( 1, 2 \right)": (["(1, 2)"], ["(2, 1)"]),
+    "[0, 1)": (["[0,1)"], ["[0, 1]"]),
+    r"x \in [2, 5]": (["[2, 5]"], ["[2, 6]"]),
+    r"(0, \infty)": ([r"(0,\infty)"], [r"[0,\infty)"]),
+    r"(-\infty, 1) \cup (2, \infty)": ([r"(-\infty,1)\cup(2,\infty)"], [r"(-\infty, 1] \cup (2, \infty)"]),
+    r"\{1,2\}": ([r"\{2, 1\}"], [r"\{1, 3\}"]),
+    r"\{1, 2, 3\}": ([r"\{3,2,1\}"], [r"\{1,2\}"]),
+    # several answers
+    "1, 2": (["2, 1", "1,2"], ["1", "1, 3"]),
+    "-1, 2": (["2, -1"], ["-1"]),
+    r"\frac{1}{2}, 3": (["3, 0.5"], ["3"]),
+    r"2 \text{ and } 3": (["2, 3", "3, 2"], ["2", "2, 4"]),
+    r"x = 2 \text{ or } x = 3": (["2, 3"], ["2"]),
+    r"1 \pm \sqrt{2}": ([r"1 + \sqrt{2}, 1 - \sqrt{2}"], [r"1 + \sqrt{2}"]),
+    # radicals, pi, powers, expressions
+    r"2\sqrt{3}": ([r"\sqrt{12}"], [r"3\sqrt{2}"]),
+    r"\frac{\sqrt{3}}{2}": ([r"\sqrt{3}/2"], [r"\frac{\sqrt{2}}{2}"]),
+    r"\sqrt[3]{2}": (["2^{1/3}"], [r"\sqrt{2}"]),
+    r"\pi/2": ([r"\frac{\pi}{2}"], [r"\pi"]),
+    r"\dfrac{3}{4}\pi": ([r"\frac{3\pi}{4}"], [r"\frac{\pi}{4}"]),
+    "2^{10}": (["1024"], ["1023"]),
+    "a^2 + b^2": (["b^2+a^2"], ["a^2 - b^2"]),
+    "x^2 + 2x + 1": (["(x+1)^2"], ["x^2+1"]),
+    "y = 2x + 3": (["y=2x+3"], ["y = 2x + 4"]),
+    "3 + 2i": (["2i + 3"], ["3 - 2i"]),
+    # degrees, infinity, words, units
+    r"90^\circ": (["90"], ["80"]),
+    r"90^{\circ}": (["90"], ["80"]),
+    r"\infty": ([r"\infty"], [r"-\infty", "0"]),
+    r"\text{Monday}": (["Monday", r"\text{monday}"], [r"\text{Tuesday}", "Tuesday"]),
+    r"\text{odd}": (["odd"], [r"\text{even}"]),
+    r"\text{No}": (["No"], ["Yes"]),
+    r"5 \text{ cm}": (["5"], ["6"]),
+    r"5\text{ cm}^2": (["5"], ["6"]),
+    r"\frac{1}{2} \text{ hour}": ([r"\frac{1}{2}"], ["1"]),
+    # matrices and vectors
+    r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}": ([r"\begin{pmatrix}1&2\\3&4\end{pmatrix}"],
+                                                       [r"\begin{pmatrix} 1 & 2 \\ 3 & 5 \end{pmatrix}"]),
+    r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}": ([r"\begin{pmatrix}1\\2\end{pmatrix}"], [r"\begin{pmatrix} 1 \\ 3 \end{pmatrix}"]),
+    # a residue and its modulus: the residue is the answer (math-verify read 7 \text{ (mod } 9) as 9,
+    # 7 \pmod 9 as 7 - 9do, 3 \bmod 9 as 9)
+    r"7 \pmod 9": (["7", r"7 \pmod{9}", r"x \equiv 7 \pmod 9"], ["9", "8", r"7 \cdot 9"]),
+    r"3 \pmod{9}": (["3"], ["4", "9"]),
+    r"7 \text{ (mod } 9)": (["7"], ["9", "8"]),
+    r"7 \text{ (mod 9)}": (["7"], ["9"]),
+    r"7 \ (\text{mod } 9)": (["7"], ["9"]),
+    r"7 \ (\mathrm{mod}\ 9)": (["7"], ["9"]),
+    r"7 \left(\bmod 9\right)": (["7"], ["9"]),
+    r"8 \text{ (mod } 11)": (["8"], ["11"]),
+    r"n \equiv 3 \pmod{7}": (["3"], ["7"]),
+    r"3 \mod 9": (["3"], ["4", "9"]),
+    r"3 \bmod 9": (["3"], ["4", "9"]),
+    # ... and a reply's modulus is no answer either
+    "7": ([r"7 \pmod 9", r"7 \text{ (mod } 9)"], [r"9 \pmod 7", r"9 \text{ (mod } 7)", "(mod 7)"]),
+    "9": ([], [r"7 \pmod 9", r"7 \text{ (mod } 9)", r"7 (\bmod 9)", r"7 \bmod 9", r"\pmod{9}"]),
+}
+
+
+def _cases() -> dict[str, tuple[str, str, float]]:
+    """task id -> (the task's answer, the reply, its reward): for each gold, the reply that boxes
+    it, its other ways, its wrong answers."""
+    cases = {}
+    for number, (gold, (same, wrong)) in enumerate(GOLDS.items()):
+        cases[f"g{number}-exact"] = (gold, f"The answer is $\\boxed{{{gold}}}$.", 1.0)
+        for index, reply in enumerate(same):
+            cases[f"g{number}-same{index}"] = (gold, f"The answer is $\\boxed{{{reply}}}$.", 1.0)
+        for index, reply in enumerate(wrong):
+            cases[f"g{number}-wrong{index}"] = (gold, f"The answer is $\\boxed{{{reply}}}$.", 0.0)
+    return cases
+
+
+CASES = _cases()
+
+
+class ReplyAgent(Agent):
+    """Replies the case's reply to its task."""
+
+    def reset(self, task) -> None:
+        self.reply = CASES[task.id][1]
+
+    def act(self, observation):
+        return self.reply
+
+
+def test_a_gold_is_read_as_a_reply_that_writes_it_is(tmp_path: Path):
+    records = run_tasks(tmp_path, {task_id: ("Find it.", gold) for task_id, (gold, _, _) in CASES.items()},
+                        "test_math_golds:ReplyAgent")
+    wrong = {r["task_id"]: (CASES[r["task_id"]][:2], r["eval"]) for r in records
+             if r["reward"] != CASES[r["task_id"]][2]}
+    assert len(records) == len(CASES) and not wrong, wrong
