@@ -4,10 +4,15 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 
+import pytest
 from click.testing import CliRunner
 
+from conftest import shell_task, write_tasks
 from parallel_rollout.cli import main
 from test_run_folder_cli import cli, finished_run  # noqa: F401 (a fixture)
 
@@ -62,3 +67,45 @@ def test_a_dry_run_refuses_a_record_without_a_whole_attempt_as_the_resume_does(t
         said[how] = " ".join(result.output.split())
         assert (f"{run_dir / 'results.jsonl'}:2: corrupted record: a record's 'attempt' is a whole number"
                 in said[how]), (how, said[how])
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare")
+def test_a_summary_json_the_disk_refuses_exits_1_and_the_resume_writes_it(tmp_path):
+    """Every sample final, but summary.json not written at the run's end (its write finds the
+    disk full) while report.html is: exit 1, naming summary.json and the --resume that writes
+    it, as for report.html. /dev/full is bound over summary.json.tmp, where the summary is
+    written before its rename, in a mount namespace of the run's own: only that write fails.
+    Meanwhile runs list counts the run from results.jsonl (the summary left is the session's
+    before), and the resume writes the summary."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(k) for k in "abc"])
+    out, run_dir = tmp_path / "out", tmp_path / "out" / "r"
+    argv = [sys.executable, "-m", "parallel_rollout", "run", "--mode", "shell", "--data", str(data),
+            "--output-dir", str(out), "--run-id", "r", "--no-progress"]
+    first = subprocess.run([*argv, "--limit", "1"], capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    (run_dir / "summary.json.tmp").touch()  # the mount point
+    full_disk = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                 'mount --bind /dev/full "$0" || exit 99; exec "$@"', str(run_dir / "summary.json.tmp")]
+    done = subprocess.run([*full_disk, *argv, "--resume", "--limit", "3"], capture_output=True, text=True,
+                          timeout=120)
+    if done.returncode == 99:
+        pytest.skip(f"cannot bind /dev/full in a mount namespace here: {done.stderr.strip()}")
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 1, said
+    assert f"cannot write {run_dir / 'summary.json'}: No space left on device" in said, said
+    assert "every sample is final: once there is room, " in said, said
+    assert said.endswith(f"--output-dir {out} --run-id r --resume writes it"), said
+    assert "report.html" not in said  # written, from the session's summary
+    assert (run_dir / "report.html").stat().st_mtime > (run_dir / "summary.json").stat().st_mtime
+    assert json.loads((run_dir / "summary.json").read_text())["finished"] == 1  # the session's before
+
+    listed = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(out), "--json"])
+    line = json.loads(listed.stdout.splitlines()[0])
+    assert (line["finished"], line["total"], line["status"]) == (3, 3, "complete"), line
+
+    again = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert "3 already final, 0 to run" in again.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["finished"], summary["successes"]) == (3, 3)
+    assert not (run_dir / "summary.json.tmp").exists()
