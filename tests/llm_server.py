@@ -9,6 +9,7 @@ A step is one of::
     {"status": 500}
     {"status": 400, "error": {"message": "…", "param": "max_tokens"}}   # the error body's "error"
     {"sleep": 5, "reply": "late"}              # answers after the client has given up
+    {"hang_up": True}                          # the connection closed without an answer (a killed server)
     {"malformed": "not json" | "no choices" | "null content" | "html page"}   # html page: text/html
     {"reply": "text", "token_ids": [3], "logprobs": [-0.2], "prompt_token_ids": [...]}  # as vLLM
     {"reply": None, "tool_calls": [{"id": …, "type": "function", "function": {…}}]}  # tool calls
@@ -232,6 +233,9 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
         def _answer(self, step: Step, body: dict[str, Any]) -> None:
             if "sleep" in step:
                 server.sleep(step["sleep"])
+            if step.get("hang_up"):
+                self.close_connection = True  # no answer: the client sees the connection closed
+                return
             if "status" in step:
                 headers = {}
                 if "retry_after" in step:

@@ -145,7 +145,7 @@ def test_a_server_whose_retries_run_out_cools_down_and_the_turn_moves_on(llm_ser
     (failing,) = llm_servers(lambda body: {"status": 503, "message": "overloaded"})
     (healthy,) = llm_servers(_echo)
     client = ModelClient(build_config({"agent": "openai", "mode": "gym", "base_url": [failing.url, healthy.url],
-                                       "max_retries": 1, "server_cooldown": 600}))
+                                       "model": "test-model", "max_retries": 1, "server_cooldown": 600}))
     client.backoff_base_s = 0.01
     client.start(AttemptInfo("lake#0", 0))
     reply = client.chat([{"role": "user", "content": "go"}])
@@ -182,7 +182,7 @@ def test_a_turn_every_server_failed_gives_up_though_their_cool_down_is_over(llm_
         b.stop()
     urls = [a.url, b.url]
     client = ModelClient(build_config({"agent": "openai", "mode": "gym", "base_url": urls, "max_retries": 1,
-                                       "server_cooldown": 0}))
+                                       "model": "test-model", "server_cooldown": 0}))
     client.backoff_base_s = 0.01
     client.start(AttemptInfo("lake#0", 0))
     outcome: list = []
@@ -585,7 +585,7 @@ def test_a_server_taken_out_for_a_refusal_is_tried_again_after_its_cool_down(llm
     (good,) = llm_servers(_echo)
     urls = [wrong.url, good.url]
     client = ModelClient(build_config({"agent": "openai", "mode": "gym", "base_url": urls, "max_retries": 1,
-                                       "server_cooldown": 600}))
+                                       "model": "test-model", "server_cooldown": 600}))
     client.backoff_base_s = 0.01
     client.start(AttemptInfo("lake#0", 0))
     assert client.chat([{"role": "user", "content": "go"}]).text == "<answer>Right</answer>"

@@ -1,6 +1,6 @@
 """A trainer's inference fleet under the RolloutScheduler: each scheduler's sampling visible
 in its requests (validation at temperature 0 beside training at 1 on one engine), and two
-servers with session affinity, one stopped mid-batch."""
+servers with session affinity, one stopped mid-batch, one restarted serving another model."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 from llm_server import LLMServer, lake_tool_solver
 from parallel_rollout.errors import ConfigError
 from parallel_rollout.rl import EnvManagerConfig
+from restarting_server import RESTART_FAILURES, Restarting
 from rl_support import lake_set, rl_config
 from table_policy import TablePolicy
 
@@ -201,3 +202,47 @@ def test_a_server_whose_models_lack_the_runs_model_gets_no_trajectory(tmp_path, 
     assert all(len(batch) == 8 for batch in batches)
     said = [r.getMessage() for r in caplog.records if other.url in r.getMessage()]
     assert said and "for the whole run: it is not asked again" in said[0], said
+
+
+def test_a_server_restarted_with_another_model_mid_batch_gets_no_more_trajectories(tmp_path, schedulers):
+    """A server that passed the check before the first batch restarts mid-batch serving
+    another model (SGLang answers any model name): the stream its restart hung up on makes it
+    unheard again, and the worker (one process, four env loops) asks its GET /models before
+    its next request and leaves it out: no completion request reaches the restarted server,
+    and every batch is whole (the members it failed went on at the other). Before, its
+    trajectories came from the other model."""
+    wrong = Restarting(RESTART_FAILURES["hang-up"], at=12, models=("test-model",), policy=TablePolicy(seed=2),
+                       served="table")
+    good = LLMServer(policy=TablePolicy(seed=1)).start()
+    try:
+        scheduler = schedulers(rl_config(tmp_path, good, base_url=[wrong.url, good.url], server_cooldown=0.0,
+                                         num_rollouts=1),
+                               EnvManagerConfig(num_env_groups=4, group_size=2, tags=["lakes"],
+                                                task_sets=lake_set(tmp_path, count=4, max_steps=6)))
+        batches = [scheduler.get_batch(batch_size=8, step=step) for step in range(3)]
+    finally:
+        good.stop()
+        wrong.stop()
+    assert wrong.restarted.is_set() and wrong.sampled() == [] and wrong.new.model_listings >= 1
+    assert all(len(batch) == 8 for batch in batches)
+
+
+def test_a_fleet_whose_every_server_restarted_with_another_model_is_a_config_error(tmp_path, schedulers):
+    """Both servers restart serving another model: get_batch raises the ConfigError of a fleet
+    that refuses the model, as it does when they answer 404, instead of a batch the other
+    model answered or a wait."""
+    first, second = (Restarting(RESTART_FAILURES["hang-up"], at=3, models=("test-model",),
+                                policy=TablePolicy(seed=seed), served="table") for seed in (1, 2))
+    try:
+        scheduler = schedulers(rl_config(tmp_path, first.old, base_url=[first.url, second.url], server_cooldown=0.0,
+                                         num_rollouts=1),
+                               EnvManagerConfig(num_env_groups=4, group_size=2, tags=["lakes"],
+                                                task_sets=lake_set(tmp_path, count=4, max_steps=6)))
+        with pytest.raises(ConfigError, match="every server of the fleet refuses.*it lists test-model"):
+            for step in range(3):
+                scheduler.get_batch(batch_size=8, step=step)
+    finally:
+        first.stop()
+        second.stop()
+    assert first.restarted.is_set() and second.restarted.is_set()
+    assert first.sampled() == [] and second.sampled() == []

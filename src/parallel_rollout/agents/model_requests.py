@@ -31,8 +31,9 @@ from .wire import MalformedResponse, Wire
 
 
 class LeftOut(Exception):
-    """The server a request was to go to lists another model, found at its first visit
-    (``ModelRequests._first_visit``): the trajectory moves on before anything is sent there."""
+    """The server a request was to go to lists another model, found when it was asked
+    (``ModelRequests._first_visit``: not heard at the start, or failing since as a restart
+    does): the trajectory moves on before anything is sent there."""
 
 
 class ModelRequests:
@@ -194,9 +195,10 @@ class ModelRequests:
                 partial = exc.partial if kept and getattr(self.config, "partial_rollout", False) else None
 
     def _first_visit(self) -> None:
-        """Before each request: a server the run's start check did not hear (down then) takes
-        none until its /models answered (``ServerPool.first_visit``, once per server and worker
-        process). No answer yet fails the request as a refused connection does (retried, or
+        """Before each request: a server the run's start check did not hear (down then), or
+        that failed since as a restart does (``Retryable.may_have_restarted``), takes none until
+        its /models answered (``ServerPool.first_visit``, once per server and worker process
+        each time). No answer yet fails the request as a refused connection does (retried, or
         moved on); one listing another model is left out (``LeftOut``), so nothing is sent
         there: not even a request racing its start with another model loaded."""
         pool = self._route.pool
@@ -278,6 +280,8 @@ class ModelRequests:
             failure = failure_of(exc, self.endpoint, request.get("model"), self.base_url, self.timeout_s)
             if failure is None:
                 raise
+            if isinstance(failure, Retryable) and failure.may_have_restarted and self._route.pool is not None:
+                self._route.pool.ask_again(self.base_url)  # back with another model? asked before its next request
             raise failure from None
         self._usage["prompt_tokens"] += usage.get("prompt_tokens", 0)
         self._usage["completion_tokens"] += usage.get("completion_tokens", 0)

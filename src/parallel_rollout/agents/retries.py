@@ -47,7 +47,7 @@ class Retryable(Exception):
     """A failed request a retry may fix; ``retry_after``: the wait the server asked for."""
 
     def __init__(self, problem: str, retry_after: float | None = None, server_down: bool = False,
-                 unavailable: bool = False) -> None:
+                 unavailable: bool = False, may_have_restarted: bool = False) -> None:
         super().__init__(problem)
         self.retry_after = retry_after
         #: the server refused or reset the connection (worth moving to another)
@@ -55,6 +55,10 @@ class Retryable(Exception):
         #: the server did not answer (down, overloaded, too slow), as against an answer that
         #: was malformed: when the retries run out, the first is ModelUnavailable
         self.unavailable = unavailable or server_down
+        #: the failure a restart makes (the connection refused or reset, hung up on, a 5xx: a
+        #: proxy's while the server behind it restarts), not a slow answer (a timeout, a 429):
+        #: a fleet's server asks its /models again before its next request (ServerPool.ask_again)
+        self.may_have_restarted = may_have_restarted or server_down
 
 
 #: how a batch run goes on after each refusal, the tail of ``refusal``'s advice, and how a
@@ -105,13 +109,14 @@ def failure_of(exc: Exception, endpoint: str, model: str | None, base_url: str,
             return refused
         if exc.status_code not in RETRYABLE_STATUS:
             return AgentError(f"{endpoint}: {problem} (not retried)")
-        return Retryable(problem, parse_retry_after(exc.response.headers), unavailable=True)
+        return Retryable(problem, parse_retry_after(exc.response.headers), unavailable=True,
+                         may_have_restarted=exc.status_code >= 500)
     if isinstance(exc, openai.APITimeoutError):
         return Retryable(f"no response within {timeout_s} s", unavailable=True)
     if isinstance(exc, openai.APIConnectionError):
         return Retryable(f"connection failed: {exc.__cause__ or exc}", server_down=True)
     if isinstance(exc, streaming.StreamBroken):  # cut, closed early, stalled: the endpoint's transport
-        return Retryable(f"the reply stream broke: {exc}", unavailable=True)
+        return Retryable(f"the reply stream broke: {exc}", unavailable=True, may_have_restarted=not exc.timed_out)
     if isinstance(exc, streaming.MalformedChunk):  # token ids and logprobs that do not pair: the endpoint's
         return Retryable(f"malformed response: {exc}", unavailable=True)
     if isinstance(exc, MalformedResponse):  # an HTML page for an answer: the endpoint's fault

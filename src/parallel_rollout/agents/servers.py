@@ -19,8 +19,12 @@ the affinity too::
                     request would tell), out for the run's whole length, never asked again
     first visit  ── ServerPool.first_visit(url, ask): a server the start check did not hear
                     (down then: ``ask_first``) is asked its /models by the first request to
-                    reach it, once per process; one that lists another model (up later with
-                    another: no request would tell either) is left out as the check's are
+                    reach it; one that lists another model (up later with another: no request
+                    would tell either) is left out as the check's are
+    a restart    ── ServerPool.ask_again(url): a server that failed a request as a restart
+                    does (a refused or reset connection, a hang-up, a 5xx: a proxy's while the
+                    server behind it restarts) is unheard again: asked its /models before it
+                    takes another request, and left out if it came back with another model
 
 Load is the number of trajectories a server holds. The pool is one per set of URLs per
 process (``pool_for``): every env loop of a worker process shares it; separate worker
@@ -60,10 +64,13 @@ class ServerPool:
         self._refused_until = {url: 0.0 for url in self.urls}
         #: the servers the run's start check left out for good (``leave_out``)
         self._left_out: frozenset[str] = frozenset()
-        #: the servers the start check did not hear, still to be asked (``ask_first``), and
-        #: those asked since (never asked again)
+        #: the servers still to be asked whether they serve the run: those the start check did
+        #: not hear (``ask_first``) or that failed since as a restart does (``ask_again``); and
+        #: those asked since the start (not asked again for the start check's sake)
         self._unheard: frozenset[str] = frozenset()
         self._heard: frozenset[str] = frozenset()
+        #: how often each server was made unheard again: an ask that a failure overtook is no answer
+        self._asked_again = {url: 0 for url in self.urls}
         self._lock = threading.Lock()
         #: held while one trajectory asks an unheard server: the others reaching it wait
         self._asking = {url: threading.Lock() for url in self.urls}
@@ -82,13 +89,23 @@ class ServerPool:
         with self._lock:
             self._unheard |= (frozenset(urls) & frozenset(self.urls)) - self._heard
 
+    def ask_again(self, url: str) -> None:
+        """``url`` failed a request as a server that restarts does (``Retryable.may_have_restarted``):
+        it may be back with another model (SGLang answers any model name, so no request would
+        tell), so it is unheard again, asked before its next request (``first_visit``)."""
+        with self._lock:
+            if url in self._load and url not in self._left_out:
+                self._heard -= {url}
+                self._unheard |= {url}
+                self._asked_again[url] += 1
+
     def first_visit(self, url: str, ask: Callable[[str], bool | None]) -> bool | None:
         """Whether ``url`` may take a request: False once it is left out, None while it is
-        unheard and does not answer. An unheard server (``ask_first``) is asked first, once per
-        process: ``ask(url)`` says whether it serves the run (None: no answer, so it takes no
-        request yet and is asked again at the next); one that does not is left out as the start
-        check's are (``leave_out``). The process's other trajectories reaching it meanwhile
-        wait for the answer instead of sending it theirs."""
+        unheard and does not answer. An unheard server (``ask_first``, ``ask_again``) is asked
+        first, once per process until it is unheard again: ``ask(url)`` says whether it serves
+        the run (None: no answer, so it takes no request yet and is asked again at the next);
+        one that does not is left out as the start check's are (``leave_out``). The process's
+        other trajectories reaching it meanwhile wait for the answer instead of sending it theirs."""
         verdict = self._verdict(url)  # every request but a few: no wait
         if verdict is not None:
             return verdict
@@ -96,10 +113,14 @@ class ServerPool:
             verdict = self._verdict(url)  # another trajectory asked it while this one waited
             if verdict is not None:
                 return verdict
+            with self._lock:
+                failures = self._asked_again[url]
             serves = ask(url)
             if serves is None:
                 return None  # still down: asked again before the next request to it
             with self._lock:
+                if serves and self._asked_again[url] != failures:
+                    return None  # a request failed while it answered: what answered may be gone, asked again
                 self._unheard -= {url}
                 self._heard |= {url}
             if not serves:

@@ -1,0 +1,78 @@
+"""A fleet's server that passed the run's start check and is restarted mid-run on the same URL
+serving another model (SGLang answers a request for any model name, so no reply tells): the
+request its restart failed (a hang-up, a proxy's 502) makes it unheard again, and it is asked
+its GET /models before it takes another request, then left out, named once. The failure
+table runs one body per way a restart shows; a fleet whose every server came back so stops
+with the error, not a hang."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import read_results
+from restarting_server import RESTART_FAILURES, Restarting, echo
+
+
+@pytest.fixture
+def restarting():
+    """``restarting(failure, …)``: Restarting servers, stopped after the test."""
+    made: list[Restarting] = []
+
+    def start(*args, **kwargs) -> Restarting:
+        made.append(Restarting(*args, **kwargs))
+        return made[-1]
+
+    yield start
+    for server in made:
+        server.stop()
+
+
+def _run(tmp_path, run_id: str, *urls: str, limit: int = 8) -> subprocess.CompletedProcess:
+    """The CLI's run of the fleet ``urls``, as a user starts it (one worker, no cool-down)."""
+    env = {name: value for name, value in os.environ.items() if name != "OPENAI_API_KEY"}
+    return subprocess.run([
+        sys.executable, "-m", "parallel_rollout.cli", "run", "--mode", "gym", "--data", "frozenlake", "--limit",
+        str(limit), "--agent", "openai", "--model", "test-model", "--max-turns", "1",
+        *[f"--base-url={url}" for url in urls], "--num-rollouts", "1", "--server-cooldown", "0", "--no-progress",
+        "--output-dir", str(tmp_path), "--run-id", run_id], capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("failure", sorted(RESTART_FAILURES))
+def test_cli_a_server_restarted_with_another_model_mid_run_gets_no_more_trajectories(tmp_path, llm_servers,
+                                                                                     restarting, failure):
+    """The restarted server (it passed the start check) is asked its /models before its next
+    request and left out: no completion request reaches it, every task's record is there and
+    final (the one its restart failed went on at the other), and one line names the URL, the
+    model it serves and the run's. Before, its cool-down over, it took trajectories the other
+    model answered."""
+    (good,) = llm_servers(echo)
+    wrong = restarting(RESTART_FAILURES[failure])
+    proc = _run(tmp_path, "restart", wrong.url, good.url)
+    assert proc.returncode == 0, proc.stderr
+    assert wrong.restarted.is_set() and wrong.sampled() == [], proc.stderr
+    assert wrong.new.model_listings >= 1
+    records = read_results(tmp_path / "restart")
+    assert len(records) == 8 and all(r["final"] and not r["infrastructure"] for r in records), records
+    before = [r for r in records if r["usage"]["server"] == wrong.url]
+    assert len(before) == 1 and not before[0]["usage"].get("server_moves"), records  # answered before the restart
+    said = [line for line in proc.stderr.splitlines() if wrong.url in line and "other-model" in line]
+    assert len(said) == 1 and "does not list the model 'test-model' (--model): it lists other-model" in said[0], \
+        proc.stderr
+
+
+def test_cli_a_fleet_whose_every_server_restarted_with_another_model_stops_with_the_error(tmp_path, restarting):
+    """Both servers restart serving another model: the run stops (exit 2, as a refused model
+    does) naming it, instead of recording trajectories the other model answered; the records
+    done before are kept for a resume."""
+    first, second = restarting(RESTART_FAILURES["hang-up"]), restarting(RESTART_FAILURES["hang-up"])
+    proc = _run(tmp_path, "all-restart", first.url, second.url)
+    assert proc.returncode == 2, proc.stderr
+    assert first.restarted.is_set() and second.restarted.is_set(), proc.stderr
+    assert first.sampled() == [] and second.sampled() == [], proc.stderr
+    assert "every server of the fleet refuses" in proc.stderr and "it lists other-model" in proc.stderr, proc.stderr
+    kept = [r for r in read_results(tmp_path / "all-restart") if r["final"]]
+    assert len(kept) == 2 and {r["usage"]["server"] for r in kept} == {first.url, second.url}, kept
