@@ -6,6 +6,11 @@ gold itself scores 1, a reply that writes it another way scores 1 where math-ver
 equivalence allows, and a wrong reply scores 0; each graded through a run of the Runner, as a
 trainer's rewards come.
 
+* A reply whose last line is the gold, with no box and no answer line, answers the gold, and so
+  does an answer line that writes it with words in ``\\text{}`` or a matrix's environment: their
+  last number was taken (``\\frac{1}{2}`` was 2, ``\\frac{1}{2} \\text{ hour}`` 2,
+  ``\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}`` 2), or nothing where the last line holds none
+  (``$\\infty$``, ``$C$``, ``\\text{Monday}``).
 * A modulus after a residue is no part of its value: math-verify read ``7 \\text{ (mod } 9)`` as
   9, so the reply that wrote the gold scored 0 and ``\\boxed{9}`` scored 1; it read
   ``7 \\pmod 9`` as 7 - 9do, so ``\\boxed{7}`` scored 0.
@@ -115,21 +120,30 @@ GOLDS = {
     r"3 \mod 9": (["3"], ["4", "9"]),
     r"3 \bmod 9": (["3"], ["4", "9"]),
     # ... and a reply's modulus is no answer either
-    "7": ([r"7 \pmod 9", r"7 \text{ (mod } 9)"], [r"9 \pmod 7", r"9 \text{ (mod } 7)", "(mod 7)"]),
+    "7": ([r"7 \pmod 9", r"7 \text{ (mod } 9)"], [r"9 \pmod 7", r"9 \text{ (mod } 7)"]),
     "9": ([], [r"7 \pmod 9", r"7 \text{ (mod } 9)", r"7 (\bmod 9)", r"7 \bmod 9", r"\pmod{9}"]),
 }
 
 
+#: the working a reply shows before its last line, the answer (numbers in it, as working has)
+WORK = "Adding 1 to 2 gives 3, and so:"
+
+
 def _cases() -> dict[str, tuple[str, str, float]]:
     """task id -> (the task's answer, the reply, its reward): for each gold, the reply that boxes
-    it, its other ways, its wrong answers."""
+    it, the replies that write it as their last line (in math delimiters, and bare) and on an
+    answer line, its other ways, its wrong answers (boxed, and as the last line)."""
     cases = {}
     for number, (gold, (same, wrong)) in enumerate(GOLDS.items()):
         cases[f"g{number}-exact"] = (gold, f"The answer is $\\boxed{{{gold}}}$.", 1.0)
+        cases[f"g{number}-last-line"] = (gold, f"{WORK}\n${gold}$", 1.0)
+        cases[f"g{number}-last-line-bare"] = (gold, f"{WORK}\n{gold}", 1.0)
+        cases[f"g{number}-answer-line"] = (gold, f"{WORK}\nFinal answer: {gold}", 1.0)
         for index, reply in enumerate(same):
             cases[f"g{number}-same{index}"] = (gold, f"The answer is $\\boxed{{{reply}}}$.", 1.0)
         for index, reply in enumerate(wrong):
             cases[f"g{number}-wrong{index}"] = (gold, f"The answer is $\\boxed{{{reply}}}$.", 0.0)
+            cases[f"g{number}-wrong{index}-last-line"] = (gold, f"{WORK}\n${reply}$", 0.0)
     return cases
 
 

@@ -133,6 +133,14 @@ CASES = {
     "reply-formulas-or": ("What is $2+2$?", "4", "Adding them up, it is $3$ or $4$.", 0.0),
     "reply-or-both": ("Solve $(x-3)(x-4)=0$.", "3, 4", "So x is 3 or 4", 1.0),
     "reply-working": ("What is $2+2$?", "4", "Either 2 or 2 more, whichever:\n2 + 2 makes 4", 1.0),
+    # ... and a last line that is one formula is the answer, with what it offers as alternatives (rows
+    # of cases were their last row, 4); a stray line after the working is none
+    "last-line-text-or": ("What is $2+1$?", "3", "Adding up:\n$3 \\text{ or } 4$", 0.0),
+    "last-line-cases": ("What is $2+2$?", "4", "Adding up:\n$\\begin{cases} 3 \\\\ 4 \\end{cases}$", 0.0),
+    "last-line-words-or": ("Which day?", "\\text{Tuesday}", "Counting on:\n$\\text{Monday or Tuesday}$", 0.0),
+    "last-line-right": ("What is $1/2$?", "\\frac{1}{2}", "Halving 1:\n$\\frac{1}{2}$", 1.0),
+    "last-line-stray": ("What is $1+2$?", "3", "I get 3.\n---", 1.0),
+    "last-line-ps": ("What is $1+2$?", "3", "I get 3.\nP.S.", 1.0),
     # a temperature's unit, C or F after the degree, is a unit as \\text{C} is (math-verify read 60°C as 60C)
     **{f"celsius-{name}": ("How hot is the water?", "60", f"\\boxed{{{reply}}}", 1.0)
        for name, reply in (("unicode", "60°C"), ("spaced", "60 °C"), ("sign", "60℃"), ("circ", "60^\\circ C"),

@@ -7,7 +7,10 @@ takes one final answer out of it and grades it against the task's answer::
     reply ─► extract: the last \\boxed{…}/\\fbox{…} (nested braces; "\\boxed 5" too)
                     ─► else the last "Answer:" / "Final answer:" / "answer is" line
                        (numbers it offers as alternatives, "3 or 4", are all its answer)
-                    ─► else the whole reply when it is one short formula
+                    ─► else the whole reply when it is one short formula (words in its
+                       \\text{} and its environments' names are no prose: ``5 \\text{ cm}``)
+                    ─► else its last line when that is one formula, in $…$ (or \\[…\\])
+                       or bare with a number, a command or a choice's letter in it
                     ─► else the formula in $…$ (or \\(…\\)) that holds the last number
                     ─► else the last number in the reply (the numbers of its line, when
                        that line offers them as alternatives)
@@ -71,6 +74,12 @@ _WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
 #: words a bare formula may contain without being prose
 _FORMULA_WORDS = frozenset({"sqrt", "pi", "inf", "infty", "oo", "sin", "cos", "tan", "cot", "sec", "csc",
                             "log", "ln", "exp", "arcsin", "arccos", "arctan"})
+#: where a formula shows words that are no prose: its text (``5 \\text{ cm}``, ``\\text{Monday}``,
+#: ``7 \\text{ (mod } 9)``) and the names of its environments (``\\begin{pmatrix}``)
+_SHOWN_WORDS = re.compile(r"\\(?:text(?:rm|it|bf|sf|tt|normal|up)?|mbox|math(?:rm|it|bf|sf|tt|normal)|operatorname"
+                          r"|begin|end)\s*\{[^{}]*\}")
+#: a line that a bare formula answers on: it writes a number, a command or a choice's letter (``C``, ``(B)``)
+_ANSWERS = re.compile(r"\d|\\[A-Za-z]|^\(?[A-Z]\)?$")
 
 
 def _closing_braces(text: str) -> dict[int, int]:
@@ -124,7 +133,7 @@ def _is_formula(text: str) -> bool:
     # An empty or unclosed \boxed is a failed answer, not a formula.
     if not text or "\n" in text or len(text) > 200 or _BOX.search(text):
         return False
-    return all(word.lower() in _FORMULA_WORDS for word in _WORD.findall(text))
+    return all(word.lower() in _FORMULA_WORDS for word in _WORD.findall(_SHOWN_WORDS.sub(" ", text)))
 
 
 def _last_number(text: str) -> str | None:
@@ -184,6 +193,16 @@ def _formulas(text: str):
             pos = start + 1
 
 
+def _last_formula_line(reply: str) -> str | None:
+    """The reply's last line when it is one formula: wholly in math delimiters, or bare and writing
+    a number, a command or a choice's letter ("…\\n$\\frac{1}{2}$", whose last number was 2;
+    "…\\n$\\infty$" and "…\\nC", which hold none; not "…\\n---")."""
+    line = next((line for line in reversed(reply.splitlines()) if line.strip()), "")
+    formula = _unwrap(line)
+    delimited = formula != line.replace("**", "").strip().rstrip(".").strip()
+    return formula if _is_formula(formula) and (delimited or _ANSWERS.search(formula)) else None
+
+
 def extract_answer(reply: str) -> tuple[str | None, str | None]:
     """(final answer, how it was found) from a reply; (None, None) when it has none."""
     boxed = _last_boxed(reply)
@@ -201,6 +220,9 @@ def extract_answer(reply: str) -> tuple[str | None, str | None]:
     whole = _unwrap(reply)
     if _is_formula(whole):
         return whole, "formula"
+    line = _last_formula_line(reply)
+    if line is not None:
+        return line, "last_line"
     # the last line that holds a number, where it offers numbers as alternatives ("3 or 4")
     last_line = next((line for line in reversed(reply.splitlines()) if NUMBER.search(line)), "")
     alternatives = _alternatives(last_line)
