@@ -15,9 +15,10 @@ def echo(body):
 
 class Restarting:
     """A test server that, at its ``at``-th request, is restarted on its port serving
-    ``models`` (its old self answers that request with ``failure``, as it dies)."""
+    ``models`` (its old self answers that request with ``failure``, as it dies); ``at=None``:
+    when the test calls ``restart``."""
 
-    def __init__(self, failure: dict, at: int = 2, models: tuple[str, ...] = ("other-model",),
+    def __init__(self, failure: dict, at: int | None = 2, models: tuple[str, ...] = ("other-model",),
                  policy=echo, served: str = "test-model") -> None:
         self.failure, self.at, self.models, self.policy = failure, at, list(models), policy
         self.old = LLMServer(policy=self._answer)
@@ -35,12 +36,17 @@ class Restarting:
             self._asked += 1
             if self._asked != self.at:
                 return self.policy(body)
-            self.old.stop()  # its open connections hang up on what they are sent next
-            self.new = LLMServer(policy=self.policy, port=self.old._httpd.server_address[1])
-            self.new.models = list(self.models)
-            self.new.start()
-            self.restarted.set()
+            self.restart()
         return self.failure
+
+    def restart(self) -> None:
+        """Stop the old server (its open connections hang up on what they are sent next) and
+        start the new one on its port."""
+        self.old.stop()
+        self.new = LLMServer(policy=self.policy, port=self.old._httpd.server_address[1])
+        self.new.models = list(self.models)
+        self.new.start()
+        self.restarted.set()
 
     def sampled(self) -> list[str]:
         """The completion requests the restarted server got (none is right)."""

@@ -120,7 +120,7 @@ def _echo(body):
 
 def test_every_request_of_an_attempt_goes_to_one_server_with_its_session_id(llm_servers):
     a, b = llm_servers(_echo, 2)
-    config = build_config({"agent": "openai", "mode": "gym", "base_url": [a.url, b.url]})
+    config = build_config({"agent": "openai", "mode": "gym", "base_url": [a.url, b.url], "model": "test-model"})
     agents = [OpenAIAgent(config) for _ in range(4)]
     for index, agent in enumerate(agents):
         agent.attempt_info = AttemptInfo(f"lake#{index}", 0)

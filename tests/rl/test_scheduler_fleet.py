@@ -246,3 +246,36 @@ def test_a_fleet_whose_every_server_restarted_with_another_model_is_a_config_err
         second.stop()
     assert first.restarted.is_set() and second.restarted.is_set()
     assert first.sampled() == [] and second.sampled() == []
+
+
+def test_a_server_restarted_with_another_model_between_batches_gets_no_trajectory(tmp_path, schedulers):
+    """A server restarts serving another model while the scheduler is idle (the trainer's step
+    between two batches): no request of any worker process met the restart, so none failed.
+    Each of the two worker processes has had no answer from it for longer than
+    RECHECK_IDLE_S, so it asks its GET /models before its next request and leaves it out: the
+    next batches come whole from the other server. Before, they came from the other model."""
+    from parallel_rollout.agents.servers import RECHECK_IDLE_S
+
+    wrong = Restarting(RESTART_FAILURES["hang-up"], at=None, models=("test-model",), policy=TablePolicy(seed=2),
+                       served="table")
+    good = LLMServer(policy=TablePolicy(seed=1)).start()
+    try:
+        scheduler = schedulers(rl_config(tmp_path, good, base_url=[wrong.url, good.url], server_cooldown=0.0),
+                               EnvManagerConfig(num_env_groups=4, group_size=2, tags=["lakes"],
+                                                task_sets=lake_set(tmp_path, count=4, max_steps=6)))
+        first = scheduler.get_batch(batch_size=8, step=0)
+        deadline = time.monotonic() + 60
+        while scheduler.stats()["groups_running"] and time.monotonic() < deadline:
+            time.sleep(0.05)  # the groups started after the batch end too: the scheduler is idle
+        assert not scheduler.stats()["groups_running"] and wrong.old.requests
+        wrong.restart()
+        # a restart takes longer than RECHECK_IDLE_S (the new server loads its model): the time
+        # it took since the old server's last request, the premise under test, not a wait for an event
+        time.sleep(max(0.0, wrong.old.requests[-1]["time"] + RECHECK_IDLE_S + 0.5 - time.monotonic()))
+        batches = [scheduler.get_batch(batch_size=8, step=step) for step in (1, 2)]
+    finally:
+        good.stop()
+        wrong.stop()
+    assert wrong.sampled() == [] and wrong.new.model_listings >= 2  # each worker process asked it
+    assert len(first) == 8 and all(len(batch) == 8 for batch in batches)
+    assert {t.record["usage"]["server"] for batch in batches for t in batch} == {good.url}

@@ -195,12 +195,13 @@ class ModelRequests:
                 partial = exc.partial if kept and getattr(self.config, "partial_rollout", False) else None
 
     def _first_visit(self) -> None:
-        """Before each request: a server the run's start check did not hear (down then), or
-        that failed since as a restart does (``Retryable.may_have_restarted``), takes none until
-        its /models answered (``ServerPool.first_visit``, once per server and worker process
-        each time). No answer yet fails the request as a refused connection does (retried, or
-        moved on); one listing another model is left out (``LeftOut``), so nothing is sent
-        there: not even a request racing its start with another model loaded."""
+        """Before each request: a server the run's start check did not hear (down then), that
+        failed since as a restart does (``Retryable.may_have_restarted``), or that this process
+        has had no answer from for ``RECHECK_IDLE_S``, takes none until its /models answered
+        (``ServerPool.first_visit``, once per server and worker process each time). No answer
+        yet fails the request as a refused connection does (retried, or moved on); one listing
+        another model is left out (``LeftOut``), so nothing is sent there: not even a request
+        racing its start with another model loaded."""
         pool = self._route.pool
         serves = pool.first_visit(self.base_url, self._serves_the_run) if pool is not None else True
         if serves is None:
@@ -283,6 +284,8 @@ class ModelRequests:
             if isinstance(failure, Retryable) and failure.may_have_restarted and self._route.pool is not None:
                 self._route.pool.ask_again(self.base_url)  # back with another model? asked before its next request
             raise failure from None
+        if self._route.pool is not None:
+            self._route.pool.answered(self.base_url)
         self._usage["prompt_tokens"] += usage.get("prompt_tokens", 0)
         self._usage["completion_tokens"] += usage.get("completion_tokens", 0)
         self._turn.update(info if self._gate is not None or self.wire.sends_ids

@@ -25,6 +25,10 @@ the affinity too::
                     does (a refused or reset connection, a hang-up, a 5xx: a proxy's while the
                     server behind it restarts) is unheard again: asked its /models before it
                     takes another request, and left out if it came back with another model
+    a silence    ── a server the process got no answer from for RECHECK_IDLE_S (or never) is
+                    asked the same before its next request: a restart takes longer, so a
+                    process that sent it nothing while it restarted (the requests of another
+                    process met it; a trainer's step between two batches) still finds it
 
 Load is the number of trajectories a server holds. The pool is one per set of URLs per
 process (``pool_for``): every env loop of a worker process shares it; separate worker
@@ -48,6 +52,10 @@ from typing import Callable, Collection, Sequence
 DEFAULT_SESSION_HEADER = "X-Session-ID"
 #: seconds a failed server is left out unless ``server_cooldown`` says otherwise
 DEFAULT_COOLDOWN_S = 30.0
+#: seconds without an answer from a server after which a process asks its /models again before
+#: its next request: shorter than a restart (the old process exits, the new one loads its model),
+#: so a process that had no request there while it restarted does not miss it
+RECHECK_IDLE_S = 5.0
 
 
 class ServerPool:
@@ -71,6 +79,8 @@ class ServerPool:
         self._heard: frozenset[str] = frozenset()
         #: how often each server was made unheard again: an ask that a failure overtook is no answer
         self._asked_again = {url: 0 for url in self.urls}
+        #: when each server last answered this process (a reply, or its /models): never yet
+        self._answered = {url: float("-inf") for url in self.urls}
         self._lock = threading.Lock()
         #: held while one trajectory asks an unheard server: the others reaching it wait
         self._asking = {url: threading.Lock() for url in self.urls}
@@ -101,9 +111,10 @@ class ServerPool:
 
     def first_visit(self, url: str, ask: Callable[[str], bool | None]) -> bool | None:
         """Whether ``url`` may take a request: False once it is left out, None while it is
-        unheard and does not answer. An unheard server (``ask_first``, ``ask_again``) is asked
-        first, once per process until it is unheard again: ``ask(url)`` says whether it serves
-        the run (None: no answer, so it takes no request yet and is asked again at the next);
+        unheard and does not answer. An unheard server (``ask_first``, ``ask_again``, or silent
+        for ``RECHECK_IDLE_S``) is asked first, once per process until it is unheard again:
+        ``ask(url)`` says whether it serves the run (None: no answer, so it takes no request yet
+        and is asked again at the next);
         one that does not is left out as the start check's are (``leave_out``). The process's
         other trajectories reaching it meanwhile wait for the answer instead of sending it theirs."""
         verdict = self._verdict(url)  # every request but a few: no wait
@@ -123,14 +134,24 @@ class ServerPool:
                     return None  # a request failed while it answered: what answered may be gone, asked again
                 self._unheard -= {url}
                 self._heard |= {url}
+                self._answered[url] = time.monotonic()
             if not serves:
                 self.leave_out([url])
             return bool(self._verdict(url))
 
-    def _verdict(self, url: str) -> bool | None:
-        """None while ``url`` is still to be asked, else whether it may take a request."""
+    def answered(self, url: str) -> None:
+        """``url`` answered a request: it serves as it did (``RECHECK_IDLE_S`` counts from here)."""
         with self._lock:
-            return None if url in self._unheard else url not in self._left_out
+            self._answered[url] = time.monotonic()
+
+    def _verdict(self, url: str) -> bool | None:
+        """None while ``url`` is still to be asked (unheard, or silent for ``RECHECK_IDLE_S``),
+        else whether it may take a request."""
+        with self._lock:
+            if url in self._left_out:
+                return False
+            silent = time.monotonic() - self._answered[url] > RECHECK_IDLE_S
+            return None if url in self._unheard or silent else True
 
     def acquire(self, avoid: str | Collection[str] = (), turn: int = 0) -> str:
         """A server for a new (or moving) trajectory: the least-loaded one that is up, other
