@@ -217,8 +217,9 @@ def test_agent_start_and_guest_costs_benchmarks_run(tmp_path):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="uid_switch.py switches uid: root only")
 def test_binds_and_uid_switch_benchmarks_run():
-    """benchmarks/perf/binds.py (a few sandboxes of each command line) and uid_switch.py, as
-    a user types them: they run and print the figures the README quotes."""
+    """benchmarks/perf/binds.py (a few sandboxes of each command line, and of each group of
+    mounts left out with ``--parts``) and uid_switch.py, as a user types them: they run and
+    print the figures the README quotes."""
     perf = ROOT / "benchmarks" / "perf"
     proc = subprocess.run([sys.executable, str(perf / "binds.py"), "--blocks", "2", "--per-block", "3"],
                           capture_output=True, text=True, timeout=240)
@@ -227,6 +228,15 @@ def test_binds_and_uid_switch_benchmarks_run():
         assert re.search(rf"{name}\s+\(\s*\d+ binds\): +[\d.]+ ms a sandbox, machine CPU +[\d.]+ ms",
                          proc.stdout), proc.stdout
     assert re.search(r"one folder ÷ one by one: wall [\d.]+, machine CPU [\d.]+", proc.stdout), proc.stdout
+    proc = subprocess.run([sys.executable, str(perf / "binds.py"), "--parts", "--blocks", "1", "--per-block", "3"],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    binds = {name: int(count) for name, count in re.findall(
+        r"^(now|no /etc files|no fronts|no net ns)\s+\(\s*(\d+) binds\): +[\d.]+ ms a sandbox, machine CPU", proc.stdout, re.M)}
+    # each group left out is really there to leave out: the same sandbox with fewer binds
+    assert len(binds) == 4 and binds["no /etc files"] < binds["now"] and binds["no fronts"] < binds["now"] \
+        and binds["no net ns"] == binds["now"], proc.stdout
+    assert re.search(r"÷ now: no /etc files wall [\d.]+ CPU [\d.]+, no fronts wall", proc.stdout), proc.stdout
     proc = subprocess.run([sys.executable, str(perf / "uid_switch.py")], capture_output=True, text=True,
                           timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -3,6 +3,7 @@
     python benchmarks/perf/binds.py                       # 6 interleaved blocks of 40
     python benchmarks/perf/binds.py --blocks 2 --per-block 5
     python benchmarks/perf/binds.py --fronts              # the grading fronts' binds
+    python benchmarks/perf/binds.py --parts               # what each group of mounts costs now
 
 bubblewrap reads the sandbox's whole mount table again after each bind it makes (to
 remount what lies below it read-only), so every bind costs more than its own mount. A
@@ -17,6 +18,11 @@ with their ratio.
 sandbox with none, with env's, git's and python's bound file by file (what a process VM bound
 without the fronts' folder), with every wrapper's bound file by file, and with the fronts'
 folder (what it binds now), each's ratio to none.
+
+``--parts``: the provider's sandbox as it boots now, and the same with one group of its mounts
+left out at a time: the binds over files of /etc (the host's secrets masked, the sandbox's
+passwd and group, python's sitecustomize.py front), the grading fronts' binds, and the
+network namespace (``--unshare-net``); each's ratio to the whole.
 """
 
 from __future__ import annotations
@@ -55,10 +61,11 @@ def main() -> int:
     parser.add_argument("--blocks", type=int, default=6, help="blocks of each command line")
     parser.add_argument("--per-block", type=int, default=40, help="sandboxes in a block")
     parser.add_argument("--fronts", action="store_true", help="the grading fronts' binds instead")
+    parser.add_argument("--parts", action="store_true", help="each group of the mounts, left out in turn")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="binds-"))
     try:
-        return (_fronts if args.fronts else _compare)(base, args.blocks, args.per_block)
+        return (_fronts if args.fronts else _parts if args.parts else _compare)(base, args.blocks, args.per_block)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -107,14 +114,23 @@ def _medians(argvs: dict[str, list[str]], blocks: int, per_block: int) -> dict[s
     return medians
 
 
-def _fronts(base: Path, blocks: int, per_block: int) -> int:
+def _around_fronts(base: Path):
+    """(spec, the sandbox's command line, what comes before its fronts' binds, what after);
+    None when the fronts' folder could not be made."""
     made = _sandbox(base, "fronts_dir", "the fronts' folder")
     if made is None:
-        return 2
+        return None
     spec, sandbox = made
     folder = grading_fronts.bwrap_binds(spec.python, spec.fronts_dir)
     at = next(i for i in range(len(sandbox)) if sandbox[i:i + len(folder)] == folder)
-    before, after = sandbox[:at], sandbox[at + len(folder):]
+    return spec, sandbox, sandbox[:at], sandbox[at + len(folder):]
+
+
+def _fronts(base: Path, blocks: int, per_block: int) -> int:
+    made = _around_fronts(base)
+    if made is None:
+        return 2
+    spec, sandbox, before, after = made
     every = grading_fronts.plan(grading_fronts.GuestFiles(), os.path.abspath(spec.python))
     every_binds = sandbox_fs.open_dirs(grading_fronts.SYSTEM_ORIGINALS)
     for kept, real in every.originals.items():
@@ -125,12 +141,41 @@ def _fronts(base: Path, blocks: int, per_block: int) -> int:
              "env+git": [*before, *grading_fronts.bwrap_binds(spec.python), *after, "--", "/bin/true"],
              "every file": [*before, *every_binds, *after, "--", "/bin/true"],
              "the folder": [*sandbox, "--", "/bin/true"]}
-    medians = _medians(argvs, blocks, per_block)
-    wall, cpu = medians["none"]
-    print("÷ none: " + ", ".join(f"{name} wall {w / wall:.3f} CPU {c / cpu:.3f}"
-                                  for name, (w, c) in medians.items() if name != "none")
-          + f"   load {os.getloadavg()[0]:.2f}")
+    _ratios(_medians(argvs, blocks, per_block), "none")
     return 0
+
+
+def _parts(base: Path, blocks: int, per_block: int) -> int:
+    made = _around_fronts(base)
+    if made is None:
+        return 2
+    _, sandbox, before, after = made
+    argvs = {"now": [*sandbox, "--", "/bin/true"],
+             "no /etc files": [*_without_binds(sandbox, lambda dest: dest.startswith("/etc/")), "--", "/bin/true"],
+             "no fronts": [*before, *after, "--", "/bin/true"],
+             "no net ns": [*(part for part in sandbox if part != "--unshare-net"), "--", "/bin/true"]}
+    _ratios(_medians(argvs, blocks, per_block), "now")
+    return 0
+
+
+def _ratios(medians: dict[str, tuple[float, float]], against: str) -> None:
+    """Each command line's median wall time and CPU ÷ those of ``against``'s, printed."""
+    wall, cpu = medians[against]
+    print(f"÷ {against}: " + ", ".join(f"{name} wall {w / wall:.3f} CPU {c / cpu:.3f}"
+                                       for name, (w, c) in medians.items() if name != against)
+          + f"   load {os.getloadavg()[0]:.2f}")
+
+
+def _without_binds(argv: list[str], left_out) -> list[str]:
+    """``argv`` without its read-only binds whose destination ``left_out`` names."""
+    kept, i = [], 0
+    while i < len(argv):
+        if argv[i] == "--ro-bind" and left_out(argv[i + 2]):
+            i += 3
+            continue
+        kept.append(argv[i])
+        i += 1
+    return kept
 
 
 if __name__ == "__main__":
