@@ -11,6 +11,8 @@ trainer's rewards come.
   last number was taken (``\\frac{1}{2}`` was 2, ``\\frac{1}{2} \\text{ hour}`` 2,
   ``\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}`` 2), or nothing where the last line holds none
   (``$\\infty$``, ``$C$``, ``\\text{Monday}``).
+* A choice written with its value (``\\textbf{(C) } 4``) is answered by its letter or its value:
+  math-verify read c*4, so neither C nor 4 scored.
 * A modulus after a residue is no part of its value: math-verify read ``7 \\text{ (mod } 9)`` as
   9, so the reply that wrote the gold scored 0 and ``\\boxed{9}`` scored 1; it read
   ``7 \\pmod 9`` as 7 - 9do, so ``\\boxed{7}`` scored 0.
@@ -33,7 +35,15 @@ GOLDS = {
     r"\textbf{(A)}": (["A"], ["B"]),
     r"\mathrm{(B)}": (["B"], ["A"]),
     "(B)": (["B"], ["A"]),
-    "C": ([r"\text{(C)}"], ["D"]),
+    "C": ([r"\text{(C)}", r"\textbf{(C) } 4"], ["D", r"\textbf{(D) } 4", r"\textbf{(C) } 4 \text{ or (D) } 5"]),
+    # a choice written with its value (AMC's, in MATH and NuminaMath): its letter or its value (math-verify
+    # read the letter times the value, c*4, which neither C nor 4 was)
+    r"\textbf{(C) } 4": (["C", "(C)", r"\text{(C)}", "4", r"\textbf{(C)}\ 4"],
+                         ["D", "5", r"\textbf{(D) } 4", r"\textbf{(C) } 5", "C, D", r"C \text{ or } D"]),
+    r"\textbf{(C) }4": (["C", "4"], ["D", "5"]),
+    r"\text{(B)}\ \frac{1}{2}": (["B", r"\frac{1}{2}", "0.5"], ["A", r"\frac{1}{3}"]),
+    r"\mathrm{(D)}\ 25": (["D", "25"], ["C", "24"]),
+    "4": ([r"\textbf{(C) } 4"], [r"\textbf{(C) } 5", r"\textbf{(C) } 4 \text{ or (D) } 5"]),
     # fractions and decimals
     r"\frac{1}{2}": (["0.5", "1/2"], [r"\frac{1}{3}"]),
     r"\dfrac{1}{2}": (["0.5", r"\frac12"], [r"\frac{1}{3}"]),

@@ -92,6 +92,14 @@ _STYLE = re.compile(r"\\(?:(?:display|text|script|scriptscript)style|(?:math)?st
 _TEXT = re.compile(r"\\(?:text(?:rm|it|bf|sf|tt|normal|up)?|mbox|math(?:rm|it|bf|sf|tt|normal))\s*(?=\{)")
 #: a problem that speaks of percent, whose answer may be a bare number of percent ("What percent …?")
 _SPEAKS_OF_PERCENT = re.compile(r"percent|%", re.IGNORECASE)
+#: a choice's letter, in brackets (``(C)``, ``\\textbf{(C) }``, ``\\mathrm{(C)}``)
+_CHOICE_LETTER = r"(?:\\(?:text(?:bf|rm|normal)?|math(?:rm|bf))\s*\{\s*\(([A-E])\)[\s~]*(?:\\ \s*)?\}|\(([A-E])\))"
+#: a choice written with its value, as AMC's answers are in MATH and NuminaMath (``\\textbf{(C) }4``,
+#: ``\\text{(B)}\\ \\frac{1}{2}``): math-verify read the letter times the value (c*4), so neither the
+#: letter (C) nor the value (4) of a task's answer written so scored
+_CHOICE = re.compile(rf"\s*{_CHOICE_LETTER}(?:\s|~|\\[ ,;:]|\\q?quad)*(\S.*)", re.DOTALL)
+#: a choice's letter alone (``C``, ``(C)``, ``\\text{(C)}``, ``\\textbf{C}``)
+_LETTER = re.compile(r"\s*(?:\\(?:text(?:bf|rm|normal)?|math(?:rm|bf))\s*\{\s*\(?([A-E])\)?\s*\}|\(?([A-E])\)?)\s*")
 
 
 def braced(text: str, start: int) -> str | None:
@@ -121,7 +129,18 @@ def written_numbers(text: str) -> list[str]:
 def read_answer(answer: str, other: str, problem: str) -> str:
     """``answer`` as math-verify is to parse it, beside the ``other`` answer it is compared with,
     for ``problem``: the task's answer's reading and the reply's are the same."""
-    return _percent_as_value(_plain_numbers(answer, other), problem)
+    return _percent_as_value(_plain_numbers(_chosen(answer, other), other), problem)
+
+
+def _chosen(answer: str, other: str) -> str:
+    """``answer`` as the choice it names where it writes a choice's letter with its value
+    (``\\textbf{(C) }4``): its letter beside an ``other`` answer that is a letter alone, its value
+    beside one that writes no choice, both beside one that writes them both (and as written
+    where its value names another choice: ``\\textbf{(C) }4 \\text{ or (D) }5`` is no C)."""
+    choice = _CHOICE.fullmatch(answer)
+    if choice is None or _CHOICE.fullmatch(other) or re.search(_CHOICE_LETTER, choice[3]):
+        return answer
+    return choice[1] or choice[2] if _LETTER.fullmatch(other) else choice[3]
 
 
 def _plain_numbers(answer: str, other: str) -> str:
