@@ -12,7 +12,9 @@ trainer's rewards come.
   ``\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}`` 2), or nothing where the last line holds none
   (``$\\infty$``, ``$C$``, ``\\text{Monday}``).
 * A choice written with its value (``\\textbf{(C) } 4``) is answered by its letter or its value:
-  math-verify read c*4, so neither C nor 4 scored.
+  math-verify read c*4, so neither C nor 4 scored. A repeating decimal (``0.\\overline{36}``) is
+  its fraction, which math-verify could not parse; ``\\varnothing`` is ``\\emptyset``; a number with
+  its unit in one ``\\text{}`` (``\\text{5 cm}``) is the number (math-verify read 5cm).
 * A modulus after a residue is no part of its value: math-verify read ``7 \\text{ (mod } 9)`` as
   9, so the reply that wrote the gold scored 0 and ``\\boxed{9}`` scored 1; it read
   ``7 \\pmod 9`` as 7 - 9do, so ``\\boxed{7}`` scored 0.
@@ -44,7 +46,11 @@ GOLDS = {
     r"\text{(B)}\ \frac{1}{2}": (["B", r"\frac{1}{2}", "0.5"], ["A", r"\frac{1}{3}"]),
     r"\mathrm{(D)}\ 25": (["D", "25"], ["C", "24"]),
     "4": ([r"\textbf{(C) } 4"], [r"\textbf{(C) } 5", r"\textbf{(C) } 4 \text{ or (D) } 5"]),
-    # fractions and decimals
+    # fractions and decimals, repeating ones too (math-verify could not parse 0.\overline{36})
+    r"0.\overline{36}": ([r"\frac{4}{11}"], ["0.36", r"\frac{4}{10}"]),
+    r"3.\overline{6}": ([r"\frac{11}{3}"], ["3.6"]),
+    r"0.1\overline{6}": ([r"\frac{1}{6}"], ["0.16"]),
+    r"\frac{2}{3}": ([r"0.\overline{6}"], ["0.67", r"0.\overline{7}"]),
     r"\frac{1}{2}": (["0.5", "1/2"], [r"\frac{1}{3}"]),
     r"\dfrac{1}{2}": (["0.5", r"\frac12"], [r"\frac{1}{3}"]),
     r"\tfrac{1}{2}": (["0.5"], [r"\frac{1}{3}"]),
@@ -110,6 +116,11 @@ GOLDS = {
     r"\text{odd}": (["odd"], [r"\text{even}"]),
     r"\text{No}": (["No"], ["Yes"]),
     r"5 \text{ cm}": (["5"], ["6"]),
+    r"\text{5 cm}": (["5", r"5 \text{ cm}"], ["6"]),
+    r"\text{12 dollars}": (["12", r"\$12"], ["13"]),
+    # the empty set (math-verify read \varnothing as a symbol of that name)
+    r"\emptyset": ([r"\varnothing", r"\{\}", "∅"], [r"\{0\}"]),
+    r"\varnothing": ([r"\emptyset"], [r"\{0\}"]),
     r"5\text{ cm}^2": (["5"], ["6"]),
     r"\frac{1}{2} \text{ hour}": ([r"\frac{1}{2}"], ["1"]),
     # matrices and vectors

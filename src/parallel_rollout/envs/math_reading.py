@@ -70,7 +70,7 @@ _SYMBOLS = {"≈": "\\approx", "∼": "\\sim", "≃": "\\simeq", "≅": "\\cong"
             "∣": "\\mid", "∀": "\\forall", "∃": "\\exists", "∴": "\\therefore", "∵": "\\because",
             "…": "\\ldots", "⋯": "\\cdots", "·": "\\cdot", "⋅": "\\cdot", "∙": "\\cdot", "×": "\\times",
             "÷": "\\div", "±": "\\pm", "∓": "\\mp", "√": "\\sqrt", "π": "\\pi", "∞": "\\infty", "−": "-",
-            "°": "^\\circ", "℃": "^\\circ \\text{C}", "℉": "^\\circ \\text{F}"}
+            "°": "^\\circ", "∅": "\\emptyset", "℃": "^\\circ \\text{C}", "℉": "^\\circ \\text{F}"}
 _SYMBOL = re.compile("|".join(map(re.escape, _SYMBOLS)))
 #: a temperature's unit, a bare C or F after a degree (``60°C``, ``60^\\circ F``): a unit in text, as
 #: math-verify drops it from ``60^\\circ\\text{C}`` (it read the bare letter as a variable, 60C)
@@ -86,6 +86,12 @@ _MODULUS = re.compile(r"\\pmod\s*(?:\{[^{}]*\}|[A-Za-z0-9]+)"
                       rf"|(?:\\left\s*)?\(\s*{_MOD_WORD}[^()]*?(?:\\right\s*)?\)"
                       r"|\\(?:text(?:rm|normal|up)?|mathrm|mbox)\s*\{\s*\(\s*mod(?![A-Za-z])"
                       r"(?:[^{}()]*\)\s*\}|\s*\}[^(){}]*\))")
+#: a repeating decimal (``0.\\overline{36}``, ``0.1\\overline{6}``): its whole part, the digits before the
+#: repetend and the repetend (math-verify could not parse it, so no other way of writing it scored)
+_REPEATING = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline\s*(?:\{(\d+)\}|(\d))")
+#: a number and words in one text group (``\\text{5 cm}``): the number and its unit, as
+#: ``5 \\text{ cm}`` is (math-verify read 5cm)
+_NUMBER_AND_WORDS = re.compile(r"\s*([+-]?\d+(?:\.\d+)?)\s+([A-Za-z][^\d{}]*)")
 #: a style switch, or a strut, which shows nothing itself (``\\displaystyle 3 \\scriptstyle 4`` was 4)
 _STYLE = re.compile(r"\\(?:(?:display|text|script|scriptscript)style|(?:math)?strut)(?![A-Za-z])")
 #: a text group: what it holds is shown as written (``\\text{3}4`` shows 34, math-verify read 3 \\cdot 4)
@@ -155,6 +161,9 @@ def _plain_numbers(answer: str, other: str) -> str:
     so 200001 was wrong and 10e + 1 right); one with a signed exponent stays as written where
     ``other`` holds Euler's number (``2e-1`` beside ``2e - 1`` stays 2e - 1)."""
     answer = _SYMBOL.sub(lambda symbol: f" {_SYMBOLS[symbol[0]]} ", answer)
+    # \varnothing is the \emptyset math-verify knows (it read a symbol named varnothing), and a
+    # repeating decimal the fraction it is
+    answer = _REPEATING.sub(_as_fraction, re.sub(r"\\varnothing(?![A-Za-z])", r"\\emptyset", answer))
     # \bmod between numbers is the operation math-verify reads \mod as (it read 3 \bmod 9 as 9)
     answer = re.sub(r"\\bmod(?![A-Za-z])", r"\\mod", _MODULUS.sub(" ", answer))
     answer = _shown_text(_DEGREE_UNIT.sub(r"\1\\text{\2}", answer))
@@ -171,11 +180,20 @@ def _plain_numbers(answer: str, other: str) -> str:
                          f"{number[1]}E{number[2]}{number[3]}", answer)
 
 
+def _as_fraction(repeating: re.Match) -> str:
+    """A repeating decimal's ``_REPEATING`` match as the fraction it is (``0.1\\overline{6}``: 1/6)."""
+    whole, before, repetend = repeating[1] or "0", repeating[2], repeating[3] or repeating[4]
+    denominator = 10 ** len(before) * (10 ** len(repetend) - 1)
+    numerator = int(whole) * denominator + int(before + repetend) - int(before or 0)
+    return f"\\frac{{{numerator}}}{{{denominator}}}"
+
+
 def _shown_text(answer: str) -> str:
     """``answer`` with each text group that holds numbers read as it shows them: a number alone
     is that number (``\\text{3}4`` is 34), numbers it offers as alternatives are alternatives
     (``3 \\text{ (or 4)}`` is 3 or 4, as ``3 \\text{ or } 4`` is: math-verify read 3, dropping
-    the text; ``3 \\text{ (or } 4`` 4); other text (``12\\text{ cm}``) stays for math-verify to drop."""
+    the text; ``3 \\text{ (or } 4`` 4), a number with words is the number and its unit
+    (``\\text{5 cm}`` is ``5\\text{ cm}``); other text (``12\\text{ cm}``) stays for math-verify to drop."""
     at = 0
     while (match := _TEXT.search(answer, at)) is not None:
         content = braced(answer, match.end())
@@ -188,6 +206,8 @@ def _shown_text(answer: str) -> str:
         elif ALTERNATIVES.search(content):  # "or" parts what stands either side of it
             parts = [""] * bool(answer[:match.start()].strip()) + numbers + [""] * bool(answer[end:].strip())
             shown = " " + " \\text{ or } ".join(parts) + " "
+        elif unit := _NUMBER_AND_WORDS.fullmatch(content):
+            shown = f"{unit[1]}\\text{{ {unit[2]}}}"
         else:
             shown = answer[match.start():end]
         answer = answer[:match.start()] + shown + answer[end:]
