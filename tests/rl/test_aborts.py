@@ -174,6 +174,8 @@ def test_an_abort_url_path_is_on_each_requests_own_server(gate, llm_server):
     told: dict = {0: [], 1: []}
     servers = [llm_server(policy=continuing, token_rate=40,
                           routes={"/abort_request": lambda body, k=k: told[k].append(body) or {}}) for k in (0, 1)]
+    for server in servers:
+        server.models = ["m"]  # the agents' model: a fleet's server is asked its /models first
     agents = [_agent([s.url for s in servers], gate, abort_url="/abort_request") for _ in range(2)]
     threads = [threading.Thread(target=lambda a=a: a.act(OBSERVATION), daemon=True) for a in agents]
     for thread in threads:
