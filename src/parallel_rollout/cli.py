@@ -37,6 +37,38 @@ for _sig, _was in _EARLY.items():
         signal.signal(_sig, _early_exit)
 
 
+#: the exit code ``run`` decided, once it has one (``_exit_as_decided``)
+_DECIDED: list[int] = []
+
+
+def _end_with_the_decided_code(signum: int, frame: object) -> None:
+    """A stop signal once ``run`` has its exit code: the command ends at once with that code."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # lost or closed: the code is the answer
+            stream.flush()
+    os._exit(_DECIDED[0])
+
+
+def _exit_as_decided(code: int) -> None:
+    """Once ``run`` has its exit code (its summary, report and gates written and said), a stop
+    signal as the process ends (its exit handlers, multiprocessing's finalizers, Python's own
+    end: tens of milliseconds) ends it with that code: not the signal's default (143 for a run
+    that ended 0) nor the early handler's "nothing ran". Only in the command's own process."""
+    _DECIDED[:] = [code]
+    for sig in _EARLY:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, _end_with_the_decided_code)
+
+
+def _ignore_stops_as_python_ends() -> None:
+    """The last exit handler: past it Python puts the defaults back of the signals it handles
+    (before it collects its modules), and no handler of its own runs any more; an ignored
+    signal it leaves so, and the process ends with the code ``run`` decided."""
+    for sig in _EARLY:
+        if signal.getsignal(sig) is _end_with_the_decided_code:
+            signal.signal(sig, signal.SIG_IGN)
+
+
 def _reap_resource_tracker(owner: int = os.getpid()) -> None:
     """Stop multiprocessing's resource tracker, the command's child, and reap it. Left to end
     on its own as the command exits, it ends an orphan: a zombie under a pid 1 that reaps
@@ -51,8 +83,10 @@ def _reap_resource_tracker(owner: int = os.getpid()) -> None:
 
 
 # registered before multiprocessing's own exit handler (atexit runs the last first): it runs
-# after that one, whose finalizers unregister semaphores with the tracker
+# after that one, whose finalizers unregister semaphores with the tracker; and the stop
+# signals' last handler after every other one
 if _PROGRAM:
+    atexit.register(_ignore_stops_as_python_ends)
     atexit.register(_reap_resource_tracker)
 
 import contextlib
@@ -134,14 +168,20 @@ class _DefaultRunGroup(click.Group):
             ctx.meta[RUN_IMPLIED] = True
         return super().parse_args(ctx, _help_asked(self, args))
 
-    def invoke(self, ctx: click.Context) -> Any:
-        """Every command: a ConfigError of the core (bad input) is a usage error, exit 2, on
-        a lost stderr too. A command other than ``run`` (which sets its own) gets the
-        signals' defaults back."""
-        if ctx.invoked_subcommand != "run":
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[Any, Any, list[str]]:
+        """The command ``args`` name; one other than ``run`` (which sets its own) gets the
+        signals' defaults back. Not in ``invoke``: click names the command after it starts
+        (``ctx.invoked_subcommand`` is None there), and run lost its early handler too."""
+        name, command, rest = super().resolve_command(ctx, args)
+        if name != "run":
             for sig, was in _EARLY.items():
                 if signal.getsignal(sig) is _early_exit:
                     signal.signal(sig, was)
+        return name, command, rest
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Every command: a ConfigError of the core (bad input) is a usage error, exit 2, on
+        a lost stderr too."""
         with _shown_on_a_lost_stderr():
             try:
                 return super().invoke(ctx)
@@ -354,14 +394,25 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, print_config
     # an interrupt from here on ends as one during the run does (130, said), not as
     # click's 'Aborted!' (1: resume) or a SIGTERM's bare 143; the run sets its own later
     previous = {sig: signal.signal(sig, raise_interrupted) for sig in handled_stop_signals()}
+    decided: int | None = None  # the command's exit code, once it has one
     try:
         _run(ctx, config_file, dry_run, print_config, check_endpoint, verbose, quiet, flags)
+        decided = 0
     except InterruptedBeforeStart as exc:
         say(str(exc), err=True)
+        decided = EXIT_INTERRUPTED
         sys.exit(EXIT_INTERRUPTED)
+    except SystemExit as exc:
+        decided = exc.code if isinstance(exc.code, int) else 1
+        raise
+    except click.ClickException as exc:
+        decided = exc.exit_code
+        raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if decided is not None:
+            _exit_as_decided(decided)
 
 
 def _run(ctx: click.Context, config_file: str | None, dry_run: bool, print_config: bool, check_endpoint: bool,
