@@ -14,7 +14,9 @@ trainer's rewards come.
 * A choice written with its value (``\\textbf{(C) } 4``) is answered by its letter or its value:
   math-verify read c*4, so neither C nor 4 scored. A repeating decimal (``0.\\overline{36}``) is
   its fraction, which math-verify could not parse; ``\\varnothing`` is ``\\emptyset``; a number with
-  its unit in one ``\\text{}`` (``\\text{5 cm}``) is the number (math-verify read 5cm).
+  its unit in one ``\\text{}`` (``\\text{5 cm}``) is the number (math-verify read 5cm); a vector in
+  angle brackets is a tuple (math-verify read ``\\langle 1, 2 \\rangle`` as 2), an ordinal's raised
+  suffix a unit (it read ``5^\\text{th}`` as 5 to the power of th).
 * A modulus after a residue is no part of its value: math-verify read ``7 \\text{ (mod } 9)`` as
   9, so the reply that wrote the gold scored 0 and ``\\boxed{9}`` scored 1; it read
   ``7 \\pmod 9`` as 7 - 9do, so ``\\boxed{7}`` scored 0.
@@ -118,6 +120,9 @@ GOLDS = {
     r"5 \text{ cm}": (["5"], ["6"]),
     r"\text{5 cm}": (["5", r"5 \text{ cm}"], ["6"]),
     r"\text{12 dollars}": (["12", r"\$12"], ["13"]),
+    # an ordinal's raised suffix (math-verify read 5 to the power of th)
+    r"5^\text{th}": (["5", r"5\text{th}", "5^{th}"], ["6"]),
+    r"21^{\text{st}}": (["21"], ["22"]),
     # the empty set (math-verify read \varnothing as a symbol of that name)
     r"\emptyset": ([r"\varnothing", r"\{\}", "∅"], [r"\{0\}"]),
     r"\varnothing": ([r"\emptyset"], [r"\{0\}"]),
@@ -127,6 +132,9 @@ GOLDS = {
     r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}": ([r"\begin{pmatrix}1&2\\3&4\end{pmatrix}"],
                                                        [r"\begin{pmatrix} 1 & 2 \\ 3 & 5 \end{pmatrix}"]),
     r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}": ([r"\begin{pmatrix}1\\2\end{pmatrix}"], [r"\begin{pmatrix} 1 \\ 3 \end{pmatrix}"]),
+    # ... in angle brackets (math-verify read the last number, 2)
+    r"\langle 1, 2 \rangle": ([r"(1, 2)", r"\left\langle 1,2\right\rangle"], [r"\langle 2, 1 \rangle", "2"]),
+    r"\left\langle 1, -2, 3 \right\rangle": (["(1,-2,3)"], ["(1,2,3)", "3"]),
     # a residue and its modulus: the residue is the answer (math-verify read 7 \text{ (mod } 9) as 9,
     # 7 \pmod 9 as 7 - 9do, 3 \bmod 9 as 9)
     r"7 \pmod 9": (["7", r"7 \pmod{9}", r"x \equiv 7 \pmod 9"], ["9", "8", r"7 \cdot 9"]),

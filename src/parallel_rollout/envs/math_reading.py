@@ -89,6 +89,12 @@ _MODULUS = re.compile(r"\\pmod\s*(?:\{[^{}]*\}|[A-Za-z0-9]+)"
 #: a repeating decimal (``0.\\overline{36}``, ``0.1\\overline{6}``): its whole part, the digits before the
 #: repetend and the repetend (math-verify could not parse it, so no other way of writing it scored)
 _REPEATING = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline\s*(?:\{(\d+)\}|(\d))")
+#: an ordinal's suffix raised after its number (``5^\\text{th}``, ``5^{th}``): a unit, as ``12\\text{th}`` is
+#: (math-verify read 5 to the power of th)
+_ORDINAL = re.compile(r"\^\s*(?:\{\s*(st|nd|rd|th)\s*\}|(\{\s*)?\\(?:text|textrm|mathrm|mbox)\s*\{\s*(st|nd|rd|th)\s*\}"
+                      r"(?(2)\s*\}))")
+#: a vector's angle brackets (``\\langle 1, 2 \\rangle``), a tuple's: math-verify read the last number, 2
+_ANGLE = re.compile(r"\\[lr]angle(?![A-Za-z])")
 #: a number and words in one text group (``\\text{5 cm}``): the number and its unit, as
 #: ``5 \\text{ cm}`` is (math-verify read 5cm)
 _NUMBER_AND_WORDS = re.compile(r"\s*([+-]?\d+(?:\.\d+)?)\s+([A-Za-z][^\d{}]*)")
@@ -164,6 +170,8 @@ def _plain_numbers(answer: str, other: str) -> str:
     # \varnothing is the \emptyset math-verify knows (it read a symbol named varnothing), and a
     # repeating decimal the fraction it is
     answer = _REPEATING.sub(_as_fraction, re.sub(r"\\varnothing(?![A-Za-z])", r"\\emptyset", answer))
+    answer = _ORDINAL.sub(lambda ordinal: f"\\text{{{ordinal[1] or ordinal[3]}}}", answer)
+    answer = _ANGLE.sub(lambda bracket: "(" if bracket[0] == "\\langle" else ")", answer)
     # \bmod between numbers is the operation math-verify reads \mod as (it read 3 \bmod 9 as 9)
     answer = re.sub(r"\\bmod(?![A-Za-z])", r"\\mod", _MODULUS.sub(" ", answer))
     answer = _shown_text(_DEGREE_UNIT.sub(r"\1\\text{\2}", answer))
