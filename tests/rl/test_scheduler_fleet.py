@@ -11,6 +11,7 @@ from collections import defaultdict
 
 import pytest
 
+from held_replies import wait_until
 from llm_server import LLMServer, lake_tool_solver
 from parallel_rollout.errors import ConfigError
 from parallel_rollout.rl import EnvManagerConfig
@@ -279,3 +280,46 @@ def test_a_server_restarted_with_another_model_between_batches_gets_no_trajector
     assert wrong.sampled() == [] and wrong.new.model_listings >= 2  # each worker process asked it
     assert len(first) == 8 and all(len(batch) == 8 for batch in batches)
     assert {t.record["usage"]["server"] for batch in batches for t in batch} == {good.url}
+
+
+def test_a_request_held_by_a_weight_update_is_not_sent_to_a_server_restarted_meanwhile():
+    """A request waits at the policy gate while the weights update; its server restarts
+    meanwhile serving another model (the update outlasts RECHECK_IDLE_S). Past the gate the
+    request asks the server's GET /models first and moves on to the other server: the
+    restarted one gets no completion request. Before, the ask came before the wait, so the
+    request went to the other model."""
+    from parallel_rollout.agents.openai_agent import OpenAIAgent
+    from parallel_rollout.agents.servers import RECHECK_IDLE_S
+    from parallel_rollout.config import RunConfig
+    from parallel_rollout.policy_gate import PolicyGate
+    from parallel_rollout.tasks import Task
+
+    observation = {"grid": "SFFF\nFHFH\nFFFH\nHFFG", "position": [0, 0], "steps": 0, "max_steps": 16}
+    wrong = Restarting(RESTART_FAILURES["hang-up"], at=None, served="m")
+    good = LLMServer(policy=lambda body: {"reply": "<answer>Right</answer>"}).start()
+    good.models = ["m"]
+    gate = PolicyGate(version=6)
+    try:
+        agent = OpenAIAgent(RunConfig(mode="gym", agent="openai", base_url=[wrong.url, good.url], model="m",
+                                      policy_gate=gate.path, policy_gate_key=gate.key, max_retries=2))
+        agent.reset(Task(id="lake", mode="gym", payload={"size": 4}))
+        agent.act(observation)  # the trajectory's first turn, on the first server
+        gate.suspend()  # a weight update
+        done = threading.Event()
+        threading.Thread(target=lambda: (agent.act(observation), done.set()), daemon=True).start()
+        wait_until(lambda: gate.waiting == 1)
+        wrong.restart()
+        # the update (and the restart) outlast RECHECK_IDLE_S since the server's last answer:
+        # the premise under test, not a wait for an event
+        time.sleep(max(0.0, wrong.old.requests[-1]["time"] + RECHECK_IDLE_S + 0.5 - time.monotonic()))
+        gate.resume(7)
+        assert done.wait(30)
+    finally:
+        gate.close()
+        good.stop()
+        wrong.stop()
+    assert [r["path"] for r in wrong.old.requests] == ["/v1/chat/completions"] and wrong.sampled() == []
+    assert len(good.requests) == 1 and wrong.new.model_listings == 1
+    (move,) = agent.model.usage()["server_moves"]
+    assert (move["from"], move["to"], move.get("left_out")) == (wrong.url, good.url, True), move
+    assert "it lists other-model" in move["reason"]

@@ -52,12 +52,14 @@ class GatedRequests:
 
     def send(self, wire, client, request: dict[str, Any], partial: partial_reply.Partial | None, *,
              base_url: str, key: str | None, turn: dict[str, Any], cancelled: Callable[[], bool],
-             sent: Callable[[], None]) -> partial_reply.Partial:
+             sent: Callable[[], None], before_send: Callable[[], None] = lambda: None) -> partial_reply.Partial:
         """One streamed request past the gate: its reply (``partial`` followed by it, every
         token with its policy version). The gate's abort or a cancel closes the stream:
         ``streaming.Aborted``; ``AttemptCancelled`` when ``cancelled()`` before it streams.
         ``turn`` gets the gate wait, the model time and the policy version; ``sent()`` is
-        called as the request leaves (never for one cancelled at the gate)."""
+        called as the request leaves (never for one cancelled at the gate); ``before_send()``
+        just before, past the gate, may stop it (a fleet's server asked its /models again: a
+        weight update's wait may outlast a restart), and the gate hears the request ended."""
         import openai
 
         abortable = stream_abort.abortable(self.config, base_url, self._sockets)
@@ -77,9 +79,10 @@ class GatedRequests:
         started = time.time()
         kept = None  # the oldest version among the tokens kept: the gate judges staleness by it
         unanswered = False  # no answer in time: what tells a hung server from long replies
-        if not partial_reply.nothing_left(request, partial):  # a continuation with no room is never sent
-            sent()
         try:
+            if not partial_reply.nothing_left(request, partial):  # a continuation with no room is never sent
+                before_send()
+                sent()
             reply = wire.send_streamed(client, dict(request), abortable, partial)
             if reply.finish_reason == streaming.SERVER_ABORT:  # ended by the server: aborted, not answered
                 raise streaming.Aborted(reply, by_server=True)

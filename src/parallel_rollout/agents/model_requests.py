@@ -258,7 +258,8 @@ class ModelRequests:
     def _attempt(self, client, request: dict[str, Any], partial=None) -> str:
         """One request: the reply text; Retryable for what a retry may fix, AgentError for
         what it cannot, streaming.Aborted when a weight update or a cancel ended it."""
-        self._first_visit()
+        if self._gate is None:
+            self._first_visit()  # through the gate: once the gate let it through (``_request``)
         try:
             raw = self._send(client, request, partial)
             if isinstance(raw, partial_reply.Partial):  # streamed through the policy gate
@@ -339,7 +340,8 @@ class ModelRequests:
             finally:
                 self._sockets.current = None  # answered: a later cancel has no request of its to abort
         return self._gate.send(self.wire, client, request, partial, base_url=self.base_url, key=self._key,
-                               turn=self._turn, cancelled=lambda: self._cancelled, sent=self._sent)
+                               turn=self._turn, cancelled=lambda: self._cancelled, sent=self._sent,
+                               before_send=self._first_visit)
 
 
 def zero_usage(model: str) -> dict[str, Any]:
