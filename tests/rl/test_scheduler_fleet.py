@@ -205,13 +205,13 @@ def test_a_server_whose_models_lack_the_runs_model_gets_no_trajectory(tmp_path, 
     assert said and "for the whole run: it is not asked again" in said[0], said
 
 
-def test_a_server_restarted_with_another_model_mid_batch_gets_no_more_trajectories(tmp_path, schedulers):
+def test_a_server_restarted_with_another_model_mid_batch_gets_no_more_trajectories(tmp_path, schedulers, caplog):
     """A server that passed the check before the first batch restarts mid-batch serving
     another model (SGLang answers any model name): the stream its restart hung up on makes it
     unheard again, and the worker (one process, four env loops) asks its GET /models before
     its next request and leaves it out: no completion request reaches the restarted server,
-    and every batch is whole (the members it failed went on at the other). Before, its
-    trajectories came from the other model."""
+    and every batch is whole (the members it failed went on at the other), one warning naming
+    the URL, the model it lists and the run's. Before, its trajectories came from the other model."""
     wrong = Restarting(RESTART_FAILURES["hang-up"], at=12, models=("test-model",), policy=TablePolicy(seed=2),
                        served="table")
     good = LLMServer(policy=TablePolicy(seed=1)).start()
@@ -220,12 +220,15 @@ def test_a_server_restarted_with_another_model_mid_batch_gets_no_more_trajectori
                                          num_rollouts=1),
                                EnvManagerConfig(num_env_groups=4, group_size=2, tags=["lakes"],
                                                 task_sets=lake_set(tmp_path, count=4, max_steps=6)))
-        batches = [scheduler.get_batch(batch_size=8, step=step) for step in range(3)]
+        with caplog.at_level("WARNING"):
+            batches = [scheduler.get_batch(batch_size=8, step=step) for step in range(3)]
     finally:
         good.stop()
         wrong.stop()
     assert wrong.restarted.is_set() and wrong.sampled() == [] and wrong.new.model_listings >= 1
     assert all(len(batch) == 8 for batch in batches)
+    said = [r.getMessage() for r in caplog.records if wrong.url in r.getMessage() and "it lists" in r.getMessage()]
+    assert len(said) == 1 and "does not list the model 'table'" in said[0] and "it lists test-model" in said[0], said
 
 
 def test_a_fleet_whose_every_server_restarted_with_another_model_is_a_config_error(tmp_path, schedulers):
