@@ -274,6 +274,25 @@ def test_the_never_graded_message_says_the_retries_as_they_were(tmp_path, retrie
     assert sum(json.loads(line)["key"] == "broken#0" for line in lines) == retries + 1  # as said
 
 
+def test_the_never_graded_message_counts_the_retries_the_resumes_made(tmp_path):
+    """A nightly --resume runs a never-graded sample once more each night: the message said
+    'after its one retry (--max-retries 1)' every night, of a sample tried 3, then 4 times."""
+    tasks = [shell_task("ok"), shell_task("broken", setup=["exit 3"])]
+    said = [" ".join(run_cli(tmp_path, tasks, "tries", "--max-retries", "1").output.split())]
+    for _ in range(2):
+        again = CliRunner().invoke(main, ["run", "--output-dir", str(tmp_path / "out"), "--run-id", "tries",
+                                          "--resume", "--no-progress"])
+        assert again.exit_code == exit_codes.EXIT_ABORTED, (again.output, again.exception)
+        said.append(" ".join(again.output.split()))
+    ended = "1 sample(s) were never graded: each ended on an infrastructure failure after"
+    assert f"{ended} its one retry (--max-retries 1) (" in said[0], said[0]
+    for night, retries in ((1, 2), (2, 3)):
+        assert (f"{ended} its {retries} retries (--max-retries 1, and one more attempt by each resume) ("
+                in said[night]), said[night]
+    lines = (tmp_path / "out" / "tries" / "results.jsonl").read_text().splitlines()
+    assert [json.loads(line)["attempt"] for line in lines if json.loads(line)["key"] == "broken#0"] == [0, 1, 2, 3]
+
+
 def test_a_run_with_samples_never_graded_exits_1_and_a_resume_runs_them_again(tmp_path, monkeypatch):
     """Infrastructure failures after --max-retries are no score: not exit 0 with a 0% rate."""
     monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))

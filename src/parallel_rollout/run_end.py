@@ -144,18 +144,32 @@ def ungraded_message(records: list[dict[str, Any]], count: int, max_retries: int
     for key, end in sorted(finals.items()):
         if end.get("infrastructure"):
             groups.setdefault(end.get("task_fault"), []).append(key)
-    said = [f"{len(groups[fault])} sample(s) were never graded: {why.format(retried=_retried(max_retries))} "
-            f"({_named(finals, groups[fault])}); the gates were not applied. {then.format(resume=resume_cmd)}"
-            for fault, why, then in _UNGRADED if groups.get(fault)]
+    said = []
+    for fault, why, then in _UNGRADED:
+        if keys := groups.get(fault):
+            retried = _retried(max_retries, {finals[key].get("attempt") for key in keys})
+            said.append(f"{len(keys)} sample(s) were never graded: {why.format(retried=retried)} "
+                        f"({_named(finals, keys)}); the gates were not applied. {then.format(resume=resume_cmd)}")
     return "\n".join(said) or f"{count} sample(s) were never graded"
 
 
-def _retried(retries: int) -> str:
-    """How often a sample was tried again, by ``--max-retries``: 'after --max-retries 1
-    retries' read wrong for one, and said retries that were never made for 0."""
-    if retries == 0:
-        return "with no retry (--max-retries 0)"
-    return f"after {'its one retry' if retries == 1 else f'its {retries} retries'} (--max-retries {retries})"
+def _retried(max_retries: int, last_attempts: set[Any]) -> str:
+    """How often the samples were tried again: by ``--max-retries``, and once more by each
+    resume (their ``last_attempts``, numbered from 0). 'after --max-retries 1 retries' read
+    wrong for one, said retries never made for 0, and a sample a nightly resume ran a third
+    time was still 'after its one retry'."""
+    made = sorted(n for n in last_attempts if isinstance(n, int))
+    if not made or made == [max_retries]:
+        if max_retries == 0:
+            return "with no retry (--max-retries 0)"
+        return f"after {_retries(max_retries)} (--max-retries {max_retries})"
+    count = _retries(made[0]) if len(made) == 1 else f"{made[0]}-{made[-1]} retries"
+    return f"after {count} (--max-retries {max_retries}, and one more attempt by each resume)"
+
+
+def _retries(count: int) -> str:
+    """'its one retry', 'its 2 retries', 'no retry'."""
+    return "no retry" if count == 0 else "its one retry" if count == 1 else f"its {count} retries"
 
 
 def _named(finals: dict[str, dict[str, Any]], keys: list[str]) -> str:
