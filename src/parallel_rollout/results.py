@@ -443,10 +443,10 @@ class ServerNotes:
                         continue
                     self._named.add((url, refused))
                 if url in _left_out_on_visit(record):  # ModelRequests._first_visit: once per run, for good
-                    log.warning("model server %s, asked again before its next request (not heard at the run's start "
-                                "check, or failing since as a server that restarts does), %s; the run leaves it out "
-                                "for the whole run: it is not asked again, and its trajectories go on at the fleet's "
-                                "other servers", url, why[:600])
+                    log.warning("model server %s, asked its /models again before a request (unheard at the run's "
+                                "start check, or failing or silent since, as a server that restarts is), %s; the run "
+                                "leaves it out for the whole run: it is not asked again, and its trajectories go on "
+                                "at the fleet's other servers", url, why[:600])
                 else:
                     what = "refused this run's settings and was taken out of the rotation" if refused else "failed"
                     log.warning("model server %s %s (asked again after --server-cooldown %gs); its trajectories go "
