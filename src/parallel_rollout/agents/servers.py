@@ -114,9 +114,9 @@ class ServerPool:
         unheard and does not answer. An unheard server (``ask_first``, ``ask_again``, or silent
         for ``RECHECK_IDLE_S``) is asked first, once per process until it is unheard again:
         ``ask(url)`` says whether it serves the run (None: no answer, so it takes no request yet
-        and is asked again at the next);
-        one that does not is left out as the start check's are (``leave_out``). The process's
-        other trajectories reaching it meanwhile wait for the answer instead of sending it theirs."""
+        and is asked again at the next); one that does not is left out as the start check's are
+        (``leave_out``). The process's other trajectories reaching it meanwhile wait for the
+        answer instead of sending it theirs."""
         verdict = self._verdict(url)  # every request but a few: no wait
         if verdict is not None:
             return verdict
