@@ -16,7 +16,8 @@ trainer's rewards come.
   its fraction, which math-verify could not parse; ``\\varnothing`` is ``\\emptyset``; a number with
   its unit in one ``\\text{}`` (``\\text{5 cm}``) is the number (math-verify read 5cm); a vector in
   angle brackets is a tuple (math-verify read ``\\langle 1, 2 \\rangle`` as 2), an ordinal's raised
-  suffix a unit (it read ``5^\\text{th}`` as 5 to the power of th).
+  suffix a unit (it read ``5^\\text{th}`` as 5 to the power of th); math delimiters around a gold and
+  a closing full stop are no part of it (``\\frac{1}{2}.`` took no 0.5).
 * A modulus after a residue is no part of its value: math-verify read ``7 \\text{ (mod } 9)`` as
   9, so the reply that wrote the gold scored 0 and ``\\boxed{9}`` scored 1; it read
   ``7 \\pmod 9`` as 7 - 9do, so ``\\boxed{7}`` scored 0.
@@ -60,6 +61,12 @@ GOLDS = {
     r"-\frac{1}{2}": (["-0.5"], [r"\frac{1}{2}"]),
     r"\frac{-1}{2}": (["-0.5"], ["0.5"]),
     "0.5": ([r"\frac{1}{2}"], ["0.6"]),
+    # ... in math delimiters or with a closing full stop, as some datasets keep them (a gold \frac{1}{2}.
+    # or \[\frac{1}{2}\] took no 0.5)
+    r"\[\frac{1}{2}\]": (["0.5", r"\frac{1}{2}"], ["2"]),
+    r"\frac{1}{2}.": (["0.5", r"\frac{1}{2}"], ["2"]),
+    r"$\frac{1}{2}$": (["0.5"], ["2"]),
+    "(1, 2).": (["(1,2)"], ["(2, 1)"]),
     ".5": (["0.5"], ["5"]),
     "1.5": ([r"\frac{3}{2}"], ["1.6"]),
     r"6\frac{1}{2}": (["6.5", r"\frac{13}{2}"], ["3"]),

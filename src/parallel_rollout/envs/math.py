@@ -53,7 +53,7 @@ from typing import Any, Mapping
 
 from .base import Env, StepResult, reject_none, require
 from .math_grader import DEFAULT_GRADE_TIMEOUT_S, INSTALL_HINT, grade_isolated
-from .math_reading import ALTERNATIVES, NUMBER, braced, read_answer, written_numbers
+from .math_reading import ALTERNATIVES, NUMBER, braced, read_answer, unwrap, written_numbers
 
 #: longest extracted answer that is graded; longer ones score 0 without a grade
 MAX_ANSWER_CHARS = 1000
@@ -113,19 +113,6 @@ def _last_boxed(text: str) -> str | None:
         if content and content.strip():
             return content.strip()
     return None
-
-
-def _unwrap(fragment: str) -> str:
-    """``fragment`` without markdown bold, math delimiters and a closing full stop."""
-    fragment = fragment.replace("**", "").strip().rstrip(".").strip()
-    for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
-        inner = fragment[len(left):len(fragment) - len(right)]
-        # "$5$ and $6$" is two formulas, not one wrapped in dollars.
-        if fragment.startswith(left) and fragment.endswith(right) and len(fragment) >= len(left) + len(right) \
-                and left not in inner:
-            fragment = inner.strip()
-            break
-    return fragment.rstrip(".").strip()
 
 
 def _is_formula(text: str) -> bool:
@@ -198,7 +185,7 @@ def _last_formula_line(reply: str) -> str | None:
     a number, a command or a choice's letter ("…\\n$\\frac{1}{2}$", whose last number was 2;
     "…\\n$\\infty$" and "…\\nC", which hold none; not "…\\n---")."""
     line = next((line for line in reversed(reply.splitlines()) if line.strip()), "")
-    formula = _unwrap(line)
+    formula = unwrap(line)
     delimited = formula != line.replace("**", "").strip().rstrip(".").strip()
     return formula if _is_formula(formula) and (delimited or _ANSWERS.search(formula)) else None
 
@@ -208,16 +195,16 @@ def extract_answer(reply: str) -> tuple[str | None, str | None]:
     boxed = _last_boxed(reply)
     if boxed is not None:
         return boxed, "boxed"
-    lines = [m.group(1) for m in _ANSWER_LINE.finditer(reply) if _unwrap(m.group(1))]
+    lines = [m.group(1) for m in _ANSWER_LINE.finditer(reply) if unwrap(m.group(1))]
     if lines:
-        fragment = _unwrap(lines[-1])
+        fragment = unwrap(lines[-1])
         # "Answer: the width is 12 cm" — prose on the answer line: keep its number (or the
         # formula that holds it: "Answer: the probability is $\frac{1}{2}$")
         if not _is_formula(fragment) and _last_number(fragment) is not None:
             found = _alternatives(fragment) or _formula_of_last_number(fragment) or _last_number(fragment)
             return found, "answer_line"
         return fragment, "answer_line"
-    whole = _unwrap(reply)
+    whole = unwrap(reply)
     if _is_formula(whole):
         return whole, "formula"
     line = _last_formula_line(reply)
@@ -334,7 +321,7 @@ class MathEnv(Env):
             extracted, method = None, None
             reason = f"the reply is a {type(action).__name__}, not text"
         elif direct:
-            extracted, method = _unwrap(_last_boxed(text) or text) or None, "answer_field"
+            extracted, method = unwrap(_last_boxed(text) or text) or None, "answer_field"
             reason = "no answer in the reply"
         else:
             extracted, method = extract_answer(text)

@@ -133,6 +133,24 @@ def braced(text: str, start: int) -> str | None:
     return None
 
 
+def unwrap(fragment: str) -> str:
+    """``fragment`` without markdown bold, math delimiters and a closing full stop."""
+    return _undelimited(fragment.replace("**", ""))
+
+
+def _undelimited(fragment: str) -> str:
+    """``fragment`` without math delimiters around it and a closing full stop."""
+    fragment = fragment.strip().rstrip(".").strip()
+    for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+        inner = fragment[len(left):len(fragment) - len(right)]
+        # "$5$ and $6$" is two formulas, not one wrapped in dollars.
+        if fragment.startswith(left) and fragment.endswith(right) and len(fragment) >= len(left) + len(right) \
+                and left not in inner:
+            fragment = inner.strip()
+            break
+    return fragment.rstrip(".").strip()
+
+
 def written_numbers(text: str) -> list[str]:
     """The numbers written in ``text``, each as math-verify reads one (no spaces, no commas)."""
     return [re.sub(r"\s+|\\,", "", number).replace(",", "") for number in NUMBER.findall(text)]
@@ -140,7 +158,10 @@ def written_numbers(text: str) -> list[str]:
 
 def read_answer(answer: str, other: str, problem: str) -> str:
     """``answer`` as math-verify is to parse it, beside the ``other`` answer it is compared with,
-    for ``problem``: the task's answer's reading and the reply's are the same."""
+    for ``problem``: the task's answer's reading and the reply's are the same. Neither keeps math
+    delimiters around it or a closing full stop (math-verify read a gold ``\\[\\frac{1}{2}\\]`` or
+    ``\\frac{1}{2}.`` as no 0.5)."""
+    answer, other = _undelimited(answer) or answer, _undelimited(other) or other
     return _percent_as_value(_plain_numbers(_chosen(answer, other), other), problem)
 
 
