@@ -170,6 +170,20 @@ def test_a_mistyped_command_says_the_one_it_is_close_to(tmp_path):
                 "run's flags (--mode, --data …) need no command before them") in " ".join(other.output.split()), other.output
 
 
+def test_runs_report_and_runs_compare_name_the_commands_they_are(tmp_path, monkeypatch):
+    """Beside `runs list`, `runs report RUN` and `runs compare A B` read as commands of runs:
+    click said "No such command 'report'." and nothing of `report`, a command of its own."""
+    monkeypatch.setenv("PARALLEL_ROLLOUT_PROG", "parallel-rollout")
+    out = str(tmp_path / "out")
+    for args in (["report", "nightly-2", "--output-dir", out], ["compare", "nightly-1", "nightly-2", "--check"]):
+        result = CliRunner().invoke(main, ["runs", *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert (f"no command {args[0]!r} in runs (it has export-osworld, list): {args[0]} is a command of its own: "
+                f"parallel-rollout {' '.join(args)}") in " ".join(result.output.split()), result.output
+    typo = CliRunner().invoke(main, ["runs", "lst"])  # a typo of its own commands: click's, as before
+    assert typo.exit_code == 2 and "Did you mean 'list'?" in typo.output, typo.output
+
+
 @pytest.mark.parametrize("mode, data", [("shell", SHELL_TASKS), ("gym", "frozenlake")])
 def test_a_run_id_outside_the_rule_is_refused_by_every_mode(tmp_path, mode, data):
     """A run id names folders (and VMs' folders, containers, cgroups): 1-64 letters, digits,

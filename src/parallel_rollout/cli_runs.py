@@ -8,8 +8,10 @@ group in cli.py adds them beside ``run``, ``image`` and ``vms``.
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -127,7 +129,22 @@ def _same_run(run_a: str, candidate: Path, output_dir: str) -> bool:
         return False
 
 
-@click.group()
+class RunsGroup(click.Group):
+    """``runs``: a word that is no command of it but one of the program's own (``runs
+    report``, ``runs compare``, beside README's ``runs list``) is said as that command, not
+    as click's bare "No such command 'report'"."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[Any, Any, list[str]]:
+        top = getattr(ctx.parent.command, "commands", {}) if ctx.parent is not None else {}
+        if args and args[0] not in self.commands and args[0] in top and args[0] != ctx.info_name:
+            from .provenance import program
+
+            raise click.UsageError(f"no command {args[0]!r} in runs (it has {', '.join(sorted(self.commands))}): "
+                                   f"{args[0]} is a command of its own: {program()} {shlex.join(args)}", ctx)
+        return super().resolve_command(ctx, args)
+
+
+@click.group(cls=RunsGroup)
 def runs() -> None:
     """The runs of an output folder."""
 
