@@ -109,3 +109,36 @@ def test_a_summary_json_the_disk_refuses_exits_1_and_the_resume_writes_it(tmp_pa
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["finished"], summary["successes"]) == (3, 3)
     assert not (run_dir / "summary.json.tmp").exists()
+
+
+def test_a_run_whose_results_cannot_be_read_is_listed_so_and_stops_no_other_run(tmp_path, finished_run):
+    """One run folder of the output folder whose results.jsonl cannot be opened (another
+    account's file, an I/O error; here a folder in its place): runs list stopped at it with a
+    traceback (exit 1, no line of any run), report and compare too, and a new run of the same
+    settings, whose note of earlier runs reads their results, refused to start with 'cannot
+    write in the run folder NEW: Is a directory' (exit 2). It is a run that cannot be read,
+    named as a corrupted line is."""
+    out = tmp_path / "out"
+    shutil.copytree(out / "r", out / "copy")
+    results = out / "copy" / "results.jsonl"
+    results.unlink()
+    (out / "copy" / "summary.json").unlink()  # killed before its summary: its records are read
+    results.mkdir()
+
+    listed = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(out), "--json"])
+    assert listed.exit_code == 0, (listed.output, listed.exception)
+    lines = {line["run_id"]: line for line in map(json.loads, listed.stdout.splitlines())}
+    assert lines["r"]["status"] == "complete", lines
+    assert lines["copy"]["status"] == "unreadable", lines
+    assert lines["copy"]["problem"] == "results.jsonl: cannot read: Is a directory", lines
+    for args in (["report", "copy"], ["compare", "r", "copy"]):
+        done = CliRunner().invoke(main, [*args, "--output-dir", str(out)])
+        assert done.exit_code == 2, (args, done.output, done.exception)
+        assert f"{results}: cannot read: Is a directory" in done.output, done.output
+
+    new = CliRunner().invoke(main, ["--mode", "shell", "--data", str(finished_run), "--output-dir", str(out),
+                                    "--run-id", "next", "--compare-to", "copy", "--no-progress"])
+    assert new.exit_code == 5, (new.output, new.exception)  # the baseline gives no verdict
+    said = " ".join(new.output.split())
+    assert "run next: 3/3 samples finished, 3 succeeded" in said, said
+    assert f"--compare-to copy: no verdict: cannot read the baseline: {results}: cannot read: Is a directory" in said

@@ -74,11 +74,14 @@ def read_events(path: Path) -> list[dict[str, Any]]:
 def _read_results(path: Path) -> list[dict[str, Any]]:
     """Every complete record of a results.jsonl, as a resume reads it (``results.read_records``:
     a torn last line, a write in progress, is skipped; a whole last record without its
-    newline counts); a corrupted line is a ConfigError naming ``file:line``."""
+    newline counts); a corrupted line is a ConfigError naming ``file:line``, and so is a file
+    that cannot be read (another account's, an I/O error, a folder in its place) naming it."""
     try:
         return read_records(path, say_torn=False)
     except StorageError as exc:  # a run all the same (not NotARunFolder): the line is what to fix
         raise ConfigError(str(exc)) from None
+    except OSError as exc:  # one run's: runs list lists the others, a new run's note skips it
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
 def results_stamp(run_dir: Path) -> dict[str, int] | None:
