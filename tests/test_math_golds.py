@@ -17,7 +17,8 @@ trainer's rewards come.
   its unit in one ``\\text{}`` (``\\text{5 cm}``) is the number (math-verify read 5cm); a vector in
   angle brackets is a tuple (math-verify read ``\\langle 1, 2 \\rangle`` as 2), an ordinal's raised
   suffix a unit (it read ``5^\\text{th}`` as 5 to the power of th); math delimiters around a gold and
-  a closing full stop are no part of it (``\\frac{1}{2}.`` took no 0.5).
+  a closing full stop are no part of it (``\\frac{1}{2}.`` took no 0.5), and GSM8K's worked solution
+  answers what follows its last ``####`` (math-verify read one ending ``= $6.00\\n#### 6`` as 4).
 * A modulus after a residue is no part of its value: math-verify read ``7 \\text{ (mod } 9)`` as
   9, so the reply that wrote the gold scored 0 and ``\\boxed{9}`` scored 1; it read
   ``7 \\pmod 9`` as 7 - 9do, so ``\\boxed{7}`` scored 0.
@@ -83,6 +84,10 @@ GOLDS = {
     r"1\,000": (["1000"], ["1"]),
     "#### 1,000": (["1000"], ["100"]),
     "#### 42": (["42"], ["43"]),
+    # GSM8K's worked solution, whose final answer follows its last #### (math-verify read an earlier number)
+    "The fine is $4.00 and the fee $2.00, so $4.00 + $2.00 = $<<4+2=6.00>>6.00 in all.\n#### 6": (["6", "6.00"], ["4", "2"]),
+    "The class has $174, so it needs $26 more because 200 minus 174 equals 26.\n#### 26": (["26"], ["174", "200"]),
+    "Each box holds 3 * 4 = <<3*4=12>>12 cans, so 100 boxes hold 1,200 cans.\n#### 1,200": (["1200", "1,200"], ["12", "100"]),
     # AIME: integers with leading zeros
     "033": (["33"], ["34"]),
     "007": (["7"], ["70"]),

@@ -104,6 +104,8 @@ _STYLE = re.compile(r"\\(?:(?:display|text|script|scriptscript)style|(?:math)?st
 _TEXT = re.compile(r"\\(?:text(?:rm|it|bf|sf|tt|normal|up)?|mbox|math(?:rm|it|bf|sf|tt|normal))\s*(?=\{)")
 #: a problem that speaks of percent, whose answer may be a bare number of percent ("What percent …?")
 _SPEAKS_OF_PERCENT = re.compile(r"percent|%", re.IGNORECASE)
+#: the final answer after ``####`` that ends a GSM8K solution (``… = 72 clips\\n#### 72``)
+_FINAL_MARK = re.compile(r"####[ \t]*([^\n#]*?)\s*$")
 #: a choice's letter, in brackets (``(C)``, ``\\textbf{(C) }``, ``\\mathrm{(C)}``)
 _CHOICE_LETTER = r"(?:\\(?:text(?:bf|rm|normal)?|math(?:rm|bf))\s*\{\s*\(([A-E])\)[\s~]*(?:\\ \s*)?\}|\(([A-E])\))"
 #: a choice written with its value, as AMC's answers are in MATH and NuminaMath (``\\textbf{(C) }4``,
@@ -158,11 +160,19 @@ def written_numbers(text: str) -> list[str]:
 
 def read_answer(answer: str, other: str, problem: str) -> str:
     """``answer`` as math-verify is to parse it, beside the ``other`` answer it is compared with,
-    for ``problem``: the task's answer's reading and the reply's are the same. Neither keeps math
-    delimiters around it or a closing full stop (math-verify read a gold ``\\[\\frac{1}{2}\\]`` or
-    ``\\frac{1}{2}.`` as no 0.5)."""
-    answer, other = _undelimited(answer) or answer, _undelimited(other) or other
+    for ``problem``: the task's answer's reading and the reply's are the same (``_final``)."""
+    answer, other = _final(answer), _final(other)
     return _percent_as_value(_plain_numbers(_chosen(answer, other), other), problem)
+
+
+def _final(answer: str) -> str:
+    """The final answer that ``answer`` states: what follows its last ``####`` where it ends in one,
+    as GSM8K's worked solutions do (math-verify read one that ends ``= $6.00\\n#### 6`` as 4, an
+    earlier number), without math delimiters around it or a closing full stop (it read a gold
+    ``\\[\\frac{1}{2}\\]`` or ``\\frac{1}{2}.`` as no 0.5)."""
+    mark = _FINAL_MARK.search(answer)
+    answer = mark[1] if mark and mark[1] else answer
+    return _undelimited(answer) or answer
 
 
 def _chosen(answer: str, other: str) -> str:
