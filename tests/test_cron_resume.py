@@ -142,3 +142,22 @@ def test_a_run_whose_results_cannot_be_read_is_listed_so_and_stops_no_other_run(
     said = " ".join(new.output.split())
     assert "run next: 3/3 samples finished, 3 succeeded" in said, said
     assert f"--compare-to copy: no verdict: cannot read the baseline: {results}: cannot read: Is a directory" in said
+
+
+def test_a_resume_of_a_run_without_its_config_json_says_so(tmp_path, finished_run):
+    """A run folder whose config.json is gone (a copy cut short, a file deleted) but whose
+    results are there: --resume alone said '--data is required … (there is no run r in OUT
+    whose settings --resume would read)', of a run that is there. It says the file is not
+    there, as an unreadable one is said, and the flags given again resume it."""
+    run_dir = tmp_path / "out" / "r"
+    (run_dir / "config.json").unlink()
+    alone = CliRunner().invoke(main, ["run", "--output-dir", str(tmp_path / "out"), "--run-id", "r", "--resume",
+                                      "--no-progress"])
+    assert alone.exit_code == 2, (alone.output, alone.exception)
+    said = " ".join(alone.output.split())
+    assert (f"{run_dir / 'config.json'}: not there, though {run_dir} holds a run's results; resume with every "
+            "flag the run was started with given again") in said, said
+    assert "there is no run" not in said
+    again = cli(tmp_path, finished_run, "--resume")
+    assert again.exit_code == 0, (again.output, again.exception)
+    assert "3 already final, 0 to run" in again.stderr

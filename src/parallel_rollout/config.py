@@ -404,7 +404,12 @@ def _stored_settings(values: dict[str, Any]) -> dict[str, Any]:
         stored = json.loads(path.read_text())["config"]
         names = set(stored["explicit"])
     except FileNotFoundError:
-        return {}
+        if values.get("data") or not (path.parent / "results.jsonl").exists():
+            return {}  # a new run, or every flag given again
+        # a run's results without its config (a copy cut short, a file deleted): it said
+        # "there is no run R", and --data is required
+        raise ConfigError(f"{path}: not there, though {path.parent} holds a run's results; resume with every flag "
+                          "the run was started with given again (--data, --mode, --agent …)") from None
     except (ValueError, KeyError, TypeError) as exc:
         if values.get("data"):  # every flag given: the runner checks the data against summary.json
             return {}
