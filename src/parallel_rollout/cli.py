@@ -403,7 +403,7 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, print_config
         decided = EXIT_INTERRUPTED
         sys.exit(EXIT_INTERRUPTED)
     except SystemExit as exc:
-        decided = exc.code if isinstance(exc.code, int) else 1
+        decided = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1  # as Python exits
         raise
     except click.ClickException as exc:
         decided = exc.exit_code
