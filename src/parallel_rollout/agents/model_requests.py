@@ -82,8 +82,6 @@ class ModelRequests:
         #: the endpoint's failure a call of this attempt raised (ModelUnavailable, EndpointRefused):
         #: the worker records the attempt as it even when the agent caught it and went on
         self.endpoint_failure: AgentError | None = None
-        #: what the unheard servers this client asked answered, when not serving (``_serves_the_run``)
-        self._visit_answers: dict[str, str] = {}
 
     @property
     def endpoint(self) -> str:
@@ -205,9 +203,9 @@ class ModelRequests:
         pool = self._route.pool
         serves = pool.first_visit(self.base_url, self._serves_the_run) if pool is not None else True
         if serves is None:
-            raise Retryable(self._visit_answers.get(self.base_url, f"{self.base_url} does not answer"), server_down=True)
+            raise Retryable(pool.said.get(self.base_url, f"{self.base_url} does not answer"), server_down=True)
         if not serves:
-            raise LeftOut(self._visit_answers.get(self.base_url, f"{self.base_url} does not serve the run"))
+            raise LeftOut(pool.said.get(self.base_url, f"{self.base_url} does not serve the run"))
 
     def _serves_the_run(self, url: str) -> bool | None:
         """GET ``url``/models as the start check does (``probe_models``): whether it serves the
@@ -217,7 +215,7 @@ class ModelRequests:
             openai_request.probe_models(url, self.config.model, agent=getattr(self.config, "agent", "openai"),
                                         fleet=True)  # a proxy's 502 while its server is down: asked again
         except openai_request.ServerRefused as exc:
-            self._visit_answers[url] = exc.answer
+            self._route.pool.said[url] = exc.answer
             if isinstance(exc, openai_request.ServerUnreachable):
                 return None
             if not self._route.pool.serving(url):

@@ -84,6 +84,9 @@ class ServerPool:
         self._lock = threading.Lock()
         #: held while one trajectory asks an unheard server: the others reaching it wait
         self._asking = {url: threading.Lock() for url in self.urls}
+        #: what each server asked answered when it did not serve the run (or did not answer): the
+        #: words of every trajectory of the process that finds it so, not only the asking one's
+        self.said: dict[str, str] = {}
 
     def leave_out(self, urls: Collection[str]) -> None:
         """The run's start check found ``urls`` not serving its model: never acquired again
