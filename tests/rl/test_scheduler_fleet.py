@@ -214,7 +214,7 @@ def test_a_server_restarted_with_another_model_mid_batch_gets_no_more_trajectori
     the URL, the model it lists and the run's. Before, its trajectories came from the other model."""
     wrong = Restarting(RESTART_FAILURES["hang-up"], at=12, models=("test-model",), policy=TablePolicy(seed=2),
                        served="table")
-    good = LLMServer(policy=TablePolicy(seed=1)).start()
+    good = LLMServer(policy=wrong.holding(TablePolicy(seed=1))).start()
     try:
         scheduler = schedulers(rl_config(tmp_path, good, base_url=[wrong.url, good.url], server_cooldown=0.0,
                                          num_rollouts=1),
@@ -273,6 +273,7 @@ def test_a_server_restarted_with_another_model_between_batches_gets_no_trajector
             time.sleep(0.05)  # the groups started after the batch end too: the scheduler is idle
         assert not scheduler.stats()["groups_running"] and wrong.old.requests
         wrong.restart()
+        assert wrong.restarted.wait(10)
         # a restart takes longer than RECHECK_IDLE_S (the new server loads its model): the time
         # it took since the old server's last request, the premise under test, not a wait for an event
         time.sleep(max(0.0, wrong.old.requests[-1]["time"] + RECHECK_IDLE_S + 0.5 - time.monotonic()))
@@ -312,6 +313,7 @@ def test_a_request_held_by_a_weight_update_is_not_sent_to_a_server_restarted_mea
         threading.Thread(target=lambda: (agent.act(observation), done.set()), daemon=True).start()
         wait_until(lambda: gate.waiting == 1)
         wrong.restart()
+        assert wrong.restarted.wait(10)
         # the update (and the restart) outlast RECHECK_IDLE_S since the server's last answer:
         # the premise under test, not a wait for an event
         time.sleep(max(0.0, wrong.old.requests[-1]["time"] + RECHECK_IDLE_S + 0.5 - time.monotonic()))
