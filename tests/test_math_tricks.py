@@ -149,6 +149,16 @@ CASES = {
     "celsius-two": ("How hot is the water?", "70", "\\boxed{60°C 70}", 0.0),
     "celsius-or": ("How hot is the water?", "70", "\\boxed{60°C \\text{ or } 70°C}", 0.0),
     "celsius-letter": ("Which is the boiling water, A, B or C?", "C", "\\boxed{60°C}", 0.0),
+    # letters after a number that the problem names as variables are a product, not a unit math-verify
+    # drops (it read a gold 6m as 6: a reply of 6 scored 1, m6 scored 0); letters it names none stay a unit
+    **{f"variable-{name}": ("Let $m$ be a positive integer. How many cells of a $4m \\times 4m$ board are blue?",
+                           "6m", f"\\boxed{{{reply}}}", reward)
+       for name, reply, reward in (("gold", "6m", 1.0), ("dropped", "6", 0.0), ("commuted", "m6", 1.0), ("other", "7m", 0.0))},
+    "variable-pair": ("Simplify $(a+b)^2 - a^2 - b^2$.", "2ab", "\\boxed{2ba}", 1.0),
+    "variable-pair-dropped": ("Simplify $(a+b)^2 - a^2 - b^2$.", "2ab", "\\boxed{2}", 0.0),
+    "variable-sum-dropped": ("Simplify $x + c + c$.", "x + 2c", "\\boxed{x + 2}", 0.0),
+    "unit-meters": ("How far does it go, in meters?", "5", "\\boxed{5 m}", 1.0),
+    "unit-seconds": ("How long does it take, in seconds?", "12", "\\boxed{12s}", 1.0),
     # a number before a bracket multiplies it: math-verify added 3(4) up (7)
     "bracket-sum": ("What is $3+4$?", "7", "\\boxed{3(4)}", 0.0),
     "bracket-product": ("What is $3 \\cdot 4$?", "12", "\\boxed{3(4)}", 1.0),

@@ -106,6 +106,13 @@ _TEXT = re.compile(r"\\(?:text(?:rm|it|bf|sf|tt|normal|up)?|mbox|math(?:rm|it|bf
 _SPEAKS_OF_PERCENT = re.compile(r"percent|%", re.IGNORECASE)
 #: the final answer after ``####`` that ends a GSM8K solution (``… = 72 clips\\n#### 72``)
 _FINAL_MARK = re.compile(r"####[ \t]*([^\n#]*?)\s*$")
+#: letters that end an answer after a number, a brace or a space, where math-verify takes them for a
+#: unit and drops them (``2ab``, ``6m``, ``x + 2c``: its units include ab, m, c, t, h, s, …)
+_LAST_LETTERS = re.compile(r"(?<=[\d}\s])([A-Za-z]+)(\s*)$")
+#: a formula in math delimiters (a problem's ``$4 m \\times 4 m$``)
+_MATH = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
+#: a variable: one letter that is no part of a word or a command
+_VARIABLE = re.compile(r"(?<![A-Za-z\\])[A-Za-z](?![A-Za-z])")
 #: a choice's letter, in brackets (``(C)``, ``\\textbf{(C) }``, ``\\mathrm{(C)}``)
 _CHOICE_LETTER = r"(?:\\(?:text(?:bf|rm|normal)?|math(?:rm|bf))\s*\{\s*\(([A-E])\)[\s~]*(?:\\ \s*)?\}|\(([A-E])\))"
 #: a choice written with its value, as AMC's answers are in MATH and NuminaMath (``\\textbf{(C) }4``,
@@ -162,7 +169,22 @@ def read_answer(answer: str, other: str, problem: str) -> str:
     """``answer`` as math-verify is to parse it, beside the ``other`` answer it is compared with,
     for ``problem``: the task's answer's reading and the reply's are the same (``_final``)."""
     answer, other = _final(answer), _final(other)
-    return _percent_as_value(_plain_numbers(_chosen(answer, other), other), problem)
+    return _variables_kept(_percent_as_value(_plain_numbers(_chosen(answer, other), other), problem), problem)
+
+
+def _variables_kept(answer: str, problem: str) -> str:
+    """``answer`` with the letters that end it after a number kept as the product they are where each
+    is a variable of the ``problem`` (``6m`` for "Let $m$ be …" is 6{m}): math-verify drops such
+    letters as a unit, so a gold 6m was read as 6, which a reply of 6 matched and one of m6 did not.
+    Letters the problem names no variable stay a unit (``5 m``, ``12 s``)."""
+    letters = _LAST_LETTERS.search(answer)
+    if letters is None or "\\" in answer[max(letters.start() - 1, 0):letters.start()]:
+        return answer
+    variables = {name for formula in _MATH.finditer(problem)
+                 for name in _VARIABLE.findall(next(part for part in formula.groups() if part is not None))}
+    if not set(letters[1]) <= variables:
+        return answer
+    return f"{answer[:letters.start()]}{{{letters[1]}}}{letters[2]}"
 
 
 def _final(answer: str) -> str:
