@@ -141,6 +141,13 @@ CASES = {
     "last-line-right": ("What is $1/2$?", "\\frac{1}{2}", "Halving 1:\n$\\frac{1}{2}$", 1.0),
     "last-line-stray": ("What is $1+2$?", "3", "I get 3.\n---", 1.0),
     "last-line-ps": ("What is $1+2$?", "3", "I get 3.\nP.S.", 1.0),
+    # a formula in math delimiters is math, its letters too (x^2 + xy's last number, 2, was its answer)
+    "product-answer-line": ("Expand $x(x+y)$.", "x^2 + xy", "The answer is $x^2 + xy$.", 1.0),
+    "product-last-line": ("Expand $x(x+y)$.", "x^2 + xy", "Expanding:\n$x^2 + xy$", 1.0),
+    "product-prose": ("Expand $x(x+y)$.", "x^2 + xy", "We get $x^2 + xy$ in the end.", 1.0),
+    "product-names": ("What is the total?", "2RC+R+C", "The answer is $2RC+R+C$.", 1.0),
+    "product-exponent": ("What is the degree of $x^2 + xy$?", "2", "The answer is $x^2 + xy$.", 0.0),
+    "product-or": ("What is $2+2$?", "4", "Answer: $3 or 4$", 0.0),
     # a temperature's unit, C or F after the degree, is a unit as \\text{C} is (math-verify read 60°C as 60C)
     **{f"celsius-{name}": ("How hot is the water?", "60", f"\\boxed{{{reply}}}", 1.0)
        for name, reply in (("unicode", "60°C"), ("spaced", "60 °C"), ("sign", "60℃"), ("circ", "60^\\circ C"),

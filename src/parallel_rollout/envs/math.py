@@ -12,6 +12,7 @@ takes one final answer out of it and grades it against the task's answer::
                     ─► else its last line when that is one formula, in $…$ (or \\[…\\])
                        or bare with a number, a command or a choice's letter in it
                     ─► else the formula in $…$ (or \\(…\\)) that holds the last number
+                       (in math delimiters letters are math, ``$x^2 + xy$``, but "or" is not)
                     ─► else the last number in the reply (the numbers of its line, when
                        that line offers them as alternatives)
           ─► grade:  math-verify parse(answer), parse(extracted), verify(gold, pred)
@@ -115,12 +116,22 @@ def _last_boxed(text: str) -> str | None:
     return None
 
 
-def _is_formula(text: str) -> bool:
-    """One short line with no prose words: the reply is the answer itself."""
+def _is_formula(text: str, delimited: bool = False) -> bool:
+    """One short line with no prose words: the reply is the answer itself. Written in math
+    delimiters (``delimited``), its letters are math (``$x^2+xy$``, ``$2RC+R+C$``: their last
+    number, 2, was taken), save the words that offer alternatives (``$3 or 4$``)."""
     # An empty or unclosed \boxed is a failed answer, not a formula.
     if not text or "\n" in text or len(text) > 200 or _BOX.search(text):
         return False
-    return all(word.lower() in _FORMULA_WORDS for word in _WORD.findall(_SHOWN_WORDS.sub(" ", text)))
+    words = _WORD.findall(_SHOWN_WORDS.sub(" ", text))
+    if delimited:
+        return not any(ALTERNATIVES.fullmatch(word) for word in words)
+    return all(word.lower() in _FORMULA_WORDS for word in words)
+
+
+def _delimited(fragment: str, formula: str) -> bool:
+    """Whether ``formula``, unwrapped from ``fragment``, was written in math delimiters."""
+    return formula != fragment.replace("**", "").strip().rstrip(".").strip()
 
 
 def _last_number(text: str) -> str | None:
@@ -151,7 +162,7 @@ def _formula_of_last_number(text: str) -> str | None:
         return None
     at = numbers[-1].start()
     for start, end, inner in _formulas(text):
-        if start < at < end and _is_formula(inner.strip()):
+        if start < at < end and _is_formula(inner.strip(), delimited=True):
             return inner.strip()
     return None
 
@@ -186,8 +197,9 @@ def _last_formula_line(reply: str) -> str | None:
     "…\\n$\\infty$" and "…\\nC", which hold none; not "…\\n---")."""
     line = next((line for line in reversed(reply.splitlines()) if line.strip()), "")
     formula = unwrap(line)
-    delimited = formula != line.replace("**", "").strip().rstrip(".").strip()
-    return formula if _is_formula(formula) and (delimited or _ANSWERS.search(formula)) else None
+    if _delimited(line, formula):
+        return formula if _is_formula(formula, delimited=True) else None
+    return formula if _is_formula(formula) and _ANSWERS.search(formula) else None
 
 
 def extract_answer(reply: str) -> tuple[str | None, str | None]:
@@ -200,7 +212,7 @@ def extract_answer(reply: str) -> tuple[str | None, str | None]:
         fragment = unwrap(lines[-1])
         # "Answer: the width is 12 cm" — prose on the answer line: keep its number (or the
         # formula that holds it: "Answer: the probability is $\frac{1}{2}$")
-        if not _is_formula(fragment) and _last_number(fragment) is not None:
+        if not _is_formula(fragment, _delimited(lines[-1], fragment)) and _last_number(fragment) is not None:
             found = _alternatives(fragment) or _formula_of_last_number(fragment) or _last_number(fragment)
             return found, "answer_line"
         return fragment, "answer_line"
