@@ -19,6 +19,8 @@ trainer's rewards come.
   suffix a unit (it read ``5^\\text{th}`` as 5 to the power of th); math delimiters around a gold and
   a closing full stop are no part of it (``\\frac{1}{2}.`` took no 0.5), and GSM8K's worked solution
   answers what follows its last ``####`` (math-verify read one ending ``= $6.00\\n#### 6`` as 4).
+* A gold whose LaTeX math-verify cannot parse is its text: it read the number its fallback found
+  in it (``E_{0}^{2} + 3`` as 3), which a reply of 3 matched, and not the reply that wrote the gold.
 * A modulus after a residue is no part of its value: math-verify read ``7 \\text{ (mod } 9)`` as
   9, so the reply that wrote the gold scored 0 and ``\\boxed{9}`` scored 1; it read
   ``7 \\pmod 9`` as 7 - 9do, so ``\\boxed{7}`` scored 0.
@@ -147,6 +149,10 @@ GOLDS = {
     # ... in angle brackets (math-verify read the last number, 2)
     r"\langle 1, 2 \rangle": ([r"(1, 2)", r"\left\langle 1,2\right\rangle"], [r"\langle 2, 1 \rangle", "2"]),
     r"\left\langle 1, -2, 3 \right\rangle": (["(1,-2,3)"], ["(1,2,3)", "3"]),
+    # LaTeX math-verify cannot parse (Minerva's E_{0}): it fell back to a number in the text, 2 or 3,
+    # which a reply of that number matched, while the reply that wrote the gold itself scored 0
+    r"\hbar \omega(v+1 / 2)-\frac{E_{0}^{2} e^{2}}{2 m \omega^{2}}": ([], ["2", "1"]),
+    r"E_{0}^{2} + 3": ([], ["3", "2"]),
     # a residue and its modulus: the residue is the answer (math-verify read 7 \text{ (mod } 9) as 9,
     # 7 \pmod 9 as 7 - 9do, 3 \bmod 9 as 9)
     r"7 \pmod 9": (["7", r"7 \pmod{9}", r"x \equiv 7 \pmod 9"], ["9", "8", r"7 \cdot 9"]),

@@ -111,6 +111,19 @@ def _values(text: str) -> set[Any]:
     return {Fraction(number) for number in _SHOWN_NUMBER.findall(re.sub(r"(?<=\d),(?=\d{3})", "", text))}
 
 
+def as_parsed_latex(answer: str, parsed: list[Any]) -> list[Any]:
+    """``parsed``, math-verify's parse of ``answer``, without what its fallback found in the text
+    where the answer's LaTeX did not parse: a number of it, no value of the answer (a task's answer
+    ``\\hbar \\omega(v+1/2)-\\frac{E_{0}^{2} e^{2}}{2 m \\omega^{2}}`` was read as 2, which a reply of 2
+    matched); its text alone then, which only the same text matches."""
+    from math_verify import LatexExtractionConfig, parse
+
+    if any(not isinstance(item, str) for item in parse(as_latex(answer), parsing_timeout=None,
+                                                        extraction_config=[LatexExtractionConfig()])):
+        return parsed
+    return [item for item in parsed if isinstance(item, str)] or parsed
+
+
 def as_latex(answer: str) -> str:
     """``answer`` as math-verify's parse takes a boxed answer."""
     # Python's power operator is common in replies; LaTeX parsing reads "**" as nonsense.

@@ -47,7 +47,7 @@ from typing import Any
 
 from ..errors import GraderKilled
 from ..guest.agent_output import readable_within
-from .math_answers import as_latex, misread, off_in_size
+from .math_answers import as_latex, as_parsed_latex, misread, off_in_size
 from .math_grader_deaths import CPU_LIMIT_S, GraderDied, GraderError, death_verdict, oom_file, oom_kills
 
 #: seconds one grade (parse both answers and compare them) may take
@@ -73,12 +73,14 @@ def grade_now(expected: str, extracted: str) -> dict[str, Any]:
     """Parse both answers and compare them with math-verify, in this thread, unbounded."""
     from math_verify import parse, verify
 
-    gold = parse(as_latex(expected), parsing_timeout=None)
+    gold = as_parsed_latex(expected, parse(as_latex(expected), parsing_timeout=None))
     if not gold:
         return {"correct": False, "reason": "unparseable_expected"}
     pred = parse(as_latex(extracted), parsing_timeout=None)
     if not pred:
         return {"correct": False, "reason": "unparseable"}
+    if extracted.strip() == expected.strip():  # the task's answer itself, whatever math-verify makes of it
+        return {"correct": True, "reason": "correct", "parsed": str(pred[0])[:200]}
     flaw = misread(extracted, pred)
     if flaw is not None:
         detail, parsed = flaw
