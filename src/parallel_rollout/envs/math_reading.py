@@ -4,17 +4,26 @@ Both answers of a grading go through the same reading (``read_answer``), each be
 other, so a form that the task's answer writes is read as a reply that writes it the same
 way is::
 
-    answer ─► unicode symbols as LaTeX's commands (``3 · 4`` is 12, ``60°`` is ``60^\\circ``)
-           ─► text groups as they show (``\\text{3}4`` is 34, ``3 \\text{ (or 4)}`` 3 or 4)
+    answer ─► its final answer: what follows GSM8K's last ``####``; no math delimiters
+              around it, no closing full stop (``\\frac{1}{2}.``)
+           ─► a choice with its value (``\\textbf{(C) } 4``) as its letter or its value,
+              as the other answer names a letter or a value
+           ─► unicode symbols as LaTeX's commands (``3 · 4`` is 12, ``60°`` is ``60^\\circ``);
+              ``\\varnothing`` as ``\\emptyset``, ``0.\\overline{36}`` as 36/99, no modulus after
+              a residue (``7 \\pmod{9}`` is 7), ``\\langle…\\rangle`` a tuple, ``5^\\text{th}`` 5
+           ─► text groups as they show (``\\text{3}4`` is 34, ``3 \\text{ (or 4)}`` 3 or 4,
+              ``\\text{5 cm}`` 5 \\text{ cm})
            ─► what LaTeX shows of it: no ``\\phantom``, no style switch, spacing a space
            ─► its numbers as written: ``5.`` is 5, ``10\\,000`` 10000, ``5 6`` two numbers,
               ``1e3`` 1000 (math-verify read 3e), ``3(4)`` 12
            ─► a percent in the problem's unit (``3\\%`` is 0.03, or 3 where it speaks of percent)
+           ─► letters after a number that the problem names as variables kept (``6m``), where
+              math-verify drops them as a unit
 
 math-verify alone read each of these otherwise (``3\\;4`` and ``\\phantom{4}3`` as 7, ``1e3`` as
-3e, ``5.`` not at all, ``3\\%`` both as 3 and 0.03). What the reading cannot see, a parse
-that lost or kept one side of what the answer says, is checked on the parse
-(``math_answers``).
+3e, ``5.`` not at all, ``3\\%`` both as 3 and 0.03, ``7 \\text{ (mod } 9)`` as 9, ``6m`` as 6).
+What the reading cannot see, a parse that lost or kept one side of what the answer says, is
+checked on the parse (``math_answers``).
 """
 
 from __future__ import annotations
