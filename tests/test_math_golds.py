@@ -21,6 +21,8 @@ trainer's rewards come.
   answers what follows its last ``####`` (math-verify read one ending ``= $6.00\\n#### 6`` as 4).
 * A gold whose LaTeX math-verify cannot parse is its text: it read the number its fallback found
   in it (``E_{0}^{2} + 3`` as 3), which a reply of 3 matched, and not the reply that wrote the gold.
+* A number in a base is its value beside another in a base (``52_9`` matched ``52_8``: math-verify
+  dropped both bases), its digits beside a number in none (``52``).
 * A modulus after a residue is no part of its value: math-verify read ``7 \\text{ (mod } 9)`` as
   9, so the reply that wrote the gold scored 0 and ``\\boxed{9}`` scored 1; it read
   ``7 \\pmod 9`` as 7 - 9do, so ``\\boxed{7}`` scored 0.
@@ -95,6 +97,10 @@ GOLDS = {
     "007": (["7"], ["70"]),
     "070": (["70"], ["7"]),
     "000": (["0"], ["1"]),
+    # numbers in a base (MATH's number theory): its digits, or the same number in a base; another base's
+    # digits are no answer (math-verify dropped both bases: 52_9 matched 52_8)
+    "52_8": (["52", "52_{8}", "101010_2"], ["52_9", "42", "53_8"]),
+    "4210_{5}": (["4210", "4210_5"], ["4210_{6}", "4211_5"]),
     # named values, tuples, intervals, sets
     "x = 3": (["3"], ["4"]),
     "(1, 2)": (["(1,2)"], ["(2, 1)"]),

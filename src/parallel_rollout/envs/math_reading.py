@@ -104,6 +104,9 @@ _ORDINAL = re.compile(r"\^\s*(?:\{\s*(st|nd|rd|th)\s*\}|(\{\s*)?\\(?:text|textrm
                       r"(?(2)\s*\}))")
 #: a vector's angle brackets (``\\langle 1, 2 \\rangle``), a tuple's: math-verify read the last number, 2
 _ANGLE = re.compile(r"\\[lr]angle(?![A-Za-z])")
+#: a number written in a base, as MATH's number theory answers are (``52_8``, ``4210_{5}``): its digits
+#: and its base, which math-verify dropped (``52_9`` matched ``52_8``)
+_BASE_NUMBER = re.compile(r"(?<![\w.])(\d+)_(?:\{\s*(\d+)\s*\}|(\d+))")
 #: a number and words in one text group (``\\text{5 cm}``): the number and its unit, as
 #: ``5 \\text{ cm}`` is (math-verify read 5cm)
 _NUMBER_AND_WORDS = re.compile(r"\s*([+-]?\d+(?:\.\d+)?)\s+([A-Za-z][^\d{}]*)")
@@ -232,6 +235,7 @@ def _plain_numbers(answer: str, other: str) -> str:
     # \varnothing is the \emptyset math-verify knows (it read a symbol named varnothing), and a
     # repeating decimal the fraction it is
     answer = _REPEATING.sub(_as_fraction, re.sub(r"\\varnothing(?![A-Za-z])", r"\\emptyset", answer))
+    answer = _in_bases(answer, other)
     answer = _ORDINAL.sub(lambda ordinal: f"\\text{{{ordinal[1] or ordinal[3]}}}", answer)
     answer = _ANGLE.sub(lambda bracket: "(" if bracket[0] == "\\langle" else ")", answer)
     # \bmod between numbers is the operation math-verify reads \mod as (it read 3 \bmod 9 as 9)
@@ -248,6 +252,21 @@ def _plain_numbers(answer: str, other: str) -> str:
     euler = _EULER.search(re.sub(r"\\[A-Za-z]+", "", _E_NUMBER.sub("", other)))
     return _E_NUMBER.sub(lambda number: number[0] if number[2] and euler else
                          f"{number[1]}E{number[2]}{number[3]}", answer)
+
+
+def _in_bases(answer: str, other: str) -> str:
+    """``answer``'s numbers written in a base as their values where the ``other`` answer writes one
+    in a base too (``52_9`` beside ``52_8`` is 47, not 52: math-verify dropped both bases); beside
+    an answer that writes none, as its digits (``52_8`` beside ``52`` is 52, as before)."""
+    if not _BASE_NUMBER.search(other):
+        return answer
+
+    def value(number: re.Match) -> str:
+        try:
+            return str(int(number[1], int(number[2] or number[3])))
+        except ValueError:  # a digit the base has not (5_2), or a base past 36
+            return number[0]
+    return _BASE_NUMBER.sub(value, answer)
 
 
 def _as_fraction(repeating: re.Match) -> str:
