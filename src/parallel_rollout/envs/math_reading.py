@@ -10,7 +10,8 @@ way is::
               as the other answer names a letter or a value
            ─► unicode symbols as LaTeX's commands (``3 · 4`` is 12, ``60°`` is ``60^\\circ``);
               ``\\varnothing`` as ``\\emptyset``, ``0.\\overline{36}`` as 36/99, no modulus after
-              a residue (``7 \\pmod{9}`` is 7), ``\\langle…\\rangle`` a tuple, ``5^\\text{th}`` 5
+              a residue (``7 \\pmod{9}`` is 7), ``\\langle…\\rangle`` a tuple, ``5^\\text{th}`` 5,
+              ``52_8`` its value beside another number in a base
            ─► text groups as they show (``\\text{3}4`` is 34, ``3 \\text{ (or 4)}`` 3 or 4,
               ``\\text{5 cm}`` 5 \\text{ cm})
            ─► what LaTeX shows of it: no ``\\phantom``, no style switch, spacing a space
