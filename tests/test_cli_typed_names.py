@@ -50,6 +50,35 @@ def test_a_flags_other_name_is_named_as_typed(tmp_path, flags, says, never):
     assert never not in said, said
 
 
+@pytest.mark.parametrize("flags, says, never", [
+    (["--provider", "remote", "--vm-address", "127.0.0.1:9", "--num-rollouts", "1", "--path_to_vm", "x.qcow2"],
+     "the remote provider cannot honour --path_to_vm", "--path-to-vm"),
+    (["--provider", "remote", "--vm-address", "127.0.0.1:9", "--num-rollouts", "1", "--snapshot_name", "init_state"],
+     "the remote provider cannot honour --snapshot_name", "--snapshot-name"),
+    (["--provider_name", "virtualbox", "--path_to_vm", "/vms/a.vbox", "--num-rollouts", "3"],
+     "1 VM file(s) (--path_to_vm) but the pool needs 3 VMs", "--path-to-vm"),
+    (["--provider_name", "virtualbox", "--path_to_vm", "/vms/a.vbox", "--num-rollouts", "3", "--dry-run"],
+     "1 VM file(s) (--path_to_vm) but the pool needs 3 VMs", "--path-to-vm"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_osworlds_vm_flags_are_named_as_typed(tmp_path, flags, says, never):
+    """OSWorld's scripts pass --path_to_vm and --snapshot_name; the providers' refusals of them
+    named --path-to-vm and --snapshot-name, flags the user never typed."""
+    said = invoke(tmp_path, *flags)
+    assert says in said, said
+    assert never not in said, said
+
+
+@needs_bwrap
+@pytest.mark.parametrize("flags, says", [
+    (["--path_to_vm", "ubuntu.vmx"], "the process provider has no VM image: --path_to_vm cannot be honoured "
+                                     "(give a snapshot folder with --snapshot-name"),
+    (["--snapshot_name", "init_state"], "--snapshot_name 'init_state': no such folder"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_the_process_providers_refusal_of_osworlds_vm_flags_names_them_as_typed(tmp_path, flags, says):
+    said = invoke(tmp_path, "--dry-run", *flags)
+    assert says in said, said
+
+
 @needs_bwrap
 def test_a_worker_count_cut_to_the_samples_is_said_as_typed(tmp_path):
     """The warning of a count cut to the samples names it with its value, as typed."""

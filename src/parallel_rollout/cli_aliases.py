@@ -61,10 +61,12 @@ OSWORLD_REFUSED = {
 
 
 #: the flags of this CLI that messages say as the user typed them (``said_as_typed``) -> where: as
-#: their OSWorld spelling reads the value the same, --data and --output-dir always, --osworld-index before an
+#: their OSWorld spelling reads the value the same, --data, --output-dir and the VM's (the providers'
+#: refusals of an OSWorld script's --path_to_vm, --snapshot_name) always, --osworld-index before an
 #: absolute path only (a bare name is the --data folder's there, the current folder's after
 #: --test_all_meta_path, whose value is made absolute)
-SAID_AS_TYPED = {"--data": "", "--output-dir": "", "--osworld-index": "(?= /)"}
+SAID_AS_TYPED = {"--data": "", "--output-dir": "", "--path-to-vm": "", "--snapshot-name": "",
+                 "--osworld-index": "(?= /)"}
 #: a quoted text in a message (a task's command, 'curl --data x'): said as it is
 _QUOTED = r"""(?<!\w)'[^'\n]*'(?!\w)|(?<!\w)"[^"\n]*"(?!\w)"""
 
