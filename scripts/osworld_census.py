@@ -5,7 +5,9 @@ name its tasks use, with task counts, and which of them this project supports.
     python scripts/osworld_census.py [EVALUATION_EXAMPLES] [--index test_all.json] [--missing]
 
 EVALUATION_EXAMPLES defaults to shared/osworld/evaluation_examples in the first folder above
-the repository that has one.
+the repository that has one; it is read as ``run --data`` reads an OSWorld folder (a checkout
+that holds evaluation_examples/ too), and a folder that is not one, or an index it lacks, is
+said as the run says it, exit 2, not as a traceback.
 The last lines give, per kind, ``covered N/M names (T/U tasks)``, and how many tasks use only
 supported features.
 """
@@ -21,6 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from parallel_rollout.envs.osworld import registry  # noqa: E402
+from parallel_rollout.errors import TaskFileError  # noqa: E402
+from parallel_rollout.tasks_osworld import (holds_no_task_set, missing_data, osworld_folder,  # noqa: E402
+                                           read_osworld_index)
 
 
 def default_folder() -> Path | None:
@@ -31,9 +36,22 @@ def default_folder() -> Path | None:
     return None
 
 
+def _said(value: object = None) -> str:
+    """The script's words for the folder argument, in the loader's messages (``run`` says ``--data``)."""
+    return "EVALUATION_EXAMPLES" if value is None else str(value)
+
+
 def load(folder: Path, index: str) -> list[dict]:
-    """Every task of the index file, in its order."""
-    listing = json.loads((folder / index).read_text())
+    """Every task of the index file, in its order; TaskFileError when ``folder`` holds no task
+    set or lacks the index."""
+    if not folder.exists():
+        raise TaskFileError(missing_data(folder, osworld=True, data_said=_said))
+    # not the run's advice to give one task file as --data: the census reads a task set only
+    if not folder.is_dir() or (folder.name != "examples" and holds_no_task_set(folder, folder / index)):
+        raise TaskFileError(f"{folder}: no OSWorld task set; EVALUATION_EXAMPLES is its folder (examples/ beside "
+                            "an index such as test_all.json) or the checkout that holds it")
+    folder, index_path = osworld_folder(folder, index, _said)
+    listing = read_osworld_index(index_path)
     tasks = []
     for domain, ids in listing.items():
         for task_id in ids:
@@ -53,7 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.folder is None:
         parser.error("no evaluation_examples folder found; name one")
-    tasks = load(args.folder, args.index)
+    try:
+        tasks = load(args.folder, args.index)
+    except TaskFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     counts = registry.census(tasks)
     summary = []
     for kind in registry.KINDS:

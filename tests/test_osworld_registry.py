@@ -53,6 +53,39 @@ def test_census_script_counts_tasks_per_name(tmp_path):
     assert out.rstrip().endswith("tasks whose every feature is supported: 1 of 2")
 
 
+def census(*args: str) -> subprocess.CompletedProcess:
+    """The census script run on ``args``, as README gives it."""
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "osworld_census.py"), *args],
+                          capture_output=True, text=True)
+
+
+def test_census_reads_a_checkout_and_says_what_is_no_task_set(tmp_path):
+    """README's census over a folder: a checkout (what `run --data OSWorld` takes), a missing
+    folder, examples/ itself, a domain's folder, a missing index each ended in a Python traceback
+    (FileNotFoundError: 'OSWorld/test_all.json'). Now the checkout is read, and the rest are said
+    as the run says them, exit 2."""
+    examples = tmp_path / "OSWorld" / "evaluation_examples" / "examples" / "calc"
+    examples.mkdir(parents=True)
+    (examples / "t1.json").write_text(json.dumps(TASK))
+    (examples.parent.parent / "test_all.json").write_text(json.dumps({"calc": ["t1"]}))
+    checkout = census(str(tmp_path / "OSWorld"))
+    assert checkout.returncode == 0, checkout.stderr
+    assert checkout.stdout.rstrip().endswith("tasks whose every feature is supported: 0 of 1"), checkout.stdout
+    for args, says in [
+        ([str(tmp_path / "nosuch")], f"{tmp_path / 'nosuch'}: no such folder (EVALUATION_EXAMPLES: the task set's "
+                                     "folder, examples/ beside test_all.json, or the checkout that holds it"),
+        ([str(examples.parent)], f"{examples.parent}: this is the examples/ folder of an OSWorld task set; give the "
+                                 f"folder that holds it and its indexes as EVALUATION_EXAMPLES: {examples.parent.parent}"),
+        ([str(examples)], f"{examples}: no OSWorld task set; EVALUATION_EXAMPLES is its folder"),
+        ([str(tmp_path / "OSWorld"), "--index", "test_small.json"],
+         f"{examples.parent.parent}: no index test_small.json (OSWorld's layout: an index such as test_all.json + "
+         "examples/<domain>/<id>.json; indexes here: test_all.json)"),
+    ]:
+        said = census(*args)
+        assert said.returncode == 2 and "Traceback" not in said.stderr, (args, said.stderr)
+        assert f"error: {says}" in said.stderr, (args, said.stderr)
+
+
 def test_cloud_file_multi_gives_the_picked_files(tmp_path):
     sources = []
     for name in ("one.txt", "two.txt", "three.txt"):
