@@ -193,10 +193,17 @@ def test_osworlds_som_observation_is_refused_saying_what_it_is_and_what_to_give(
     ("--observation_typ", "Did you mean '--observation_type'?"),  # it said --observation-type
     ("--test_config_base", "Did you mean '--test_config_base_dir'?"),  # it said --config
     ("--num-vm", "Did you mean '--num-vms'?"),  # this CLI's own, as before
+    # OSWorld's flag with '-' for its '_': none was told, or another flag
+    ("--test-all-meta-path", "Did you mean '--test_all_meta_path'?"),  # it said nothing
+    ("--test-config-base-dir", "Did you mean '--test_config_base_dir'?"),  # it said nothing
+    ("--specific-task-id", "Did you mean '--specific_task_id'?"),  # it said nothing
+    ("--num-envs", "Did you mean '--num_envs'?"),  # it said --max-tokens, --num-vms, --num-workers
+    ("--task_id", "Did you mean '--specific_task_id'?"),  # it said --task-timeout
 ])
 def test_a_misspelt_osworld_flag_is_told_its_spelling(typed, meant):
     """A script in OSWorld's spellings with one misspelt was pointed at another flag of this
-    CLI (--max-tokens for --max_step): a flag typed with '_' is matched to OSWorld's spellings."""
+    CLI (--max-tokens for --max_step): a flag typed with '_' is matched to OSWorld's spellings,
+    and one of OSWorld's typed with '-' for its '_' (--test-all-meta-path) is told it."""
     result = CliRunner().invoke(main, ["run", typed, "3"])
     assert result.exit_code == 2, result.output
     assert f"No such option {typed!r}. {meant}" in result.output, result.output

@@ -26,7 +26,7 @@ import click
 from click.core import ParameterSource
 from click.shell_completion import CompletionItem
 
-from .cli_aliases import OSWORLD_ALIASES, translate_osworld_flags
+from .cli_aliases import OSWORLD_ALIASES, OSWORLD_REFUSED, translate_osworld_flags
 from .config import NAMED_DATASETS, RunConfig
 from .config_checks import check_not_stdout, gate_setting
 from .errors import ConfigError
@@ -367,10 +367,15 @@ class RunCommand(click.Command):
             raise
         except click.NoSuchOption as exc:
             gate = GATE_SYNONYMS.get(exc.option_name.lstrip("-").replace("-", "_"))
+            osworld_flags = [*OSWORLD_ALIASES, *OSWORLD_REFUSED]
+            # OSWorld's flag with - for its _ (--test-all-meta-path): click found none, or another
+            underscored = "--" + exc.option_name[2:].replace("-", "_")
             if gate is not None:  # another tool's name of a gate: click's nearest was another flag
                 exc.possibilities = ["--" + gate.replace("_", "-")]
+            elif underscored in osworld_flags:
+                exc.possibilities = [underscored]
             elif "_" in exc.option_name:  # OSWorld's spelling (--max_step): click's nearest was --max-tokens
-                osworld = difflib.get_close_matches(exc.option_name, OSWORLD_ALIASES, n=1)
+                osworld = difflib.get_close_matches(exc.option_name, osworld_flags, n=1)
                 exc.possibilities = osworld or exc.possibilities
             elif ctx.meta.get(RUN_IMPLIED) and ctx.parent is not None:  # --verison: click said --verbose
                 own = [opt for param in ctx.parent.command.get_params(ctx.parent) for opt in param.opts]
