@@ -9,6 +9,7 @@ fields, not imported).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib.util
 import json
 import math
@@ -24,6 +25,20 @@ from .vm_address import check_distinct, check_placeholders
 RESERVED_REQUEST_FIELDS = frozenset({"model", "messages", "stream", "n"})
 #: fields of ROLL's generating_args (Hugging Face's) an OpenAI-compatible server ignores -> the one meant
 IGNORED_REQUEST_FIELDS = {"max_new_tokens": "max_tokens"}
+#: the request fields OpenAI's API, vLLM and SGLang read: a key a letter or two from one of
+#: them is its misspelling, which a server ignores as it ignores any field it does not know
+SERVER_REQUEST_FIELDS = frozenset({
+    "temperature", "top_p", "top_k", "min_p", "max_tokens", "max_completion_tokens", "min_tokens",
+    "stop", "stop_token_ids", "seed", "presence_penalty", "frequency_penalty", "repetition_penalty",
+    "length_penalty", "logprobs", "top_logprobs", "prompt_logprobs", "logit_bias", "ignore_eos",
+    "include_stop_str_in_output", "skip_special_tokens", "spaces_between_special_tokens",
+    "response_format", "chat_template_kwargs", "chat_template", "add_generation_prompt",
+    "continue_final_message", "add_special_tokens", "return_token_ids", "return_tokens_as_token_ids",
+    "echo", "best_of", "use_beam_search", "guided_json", "guided_regex", "guided_choice",
+    "guided_grammar", "structured_outputs", "truncate_prompt_tokens", "allowed_token_ids", "bad_words",
+    "priority", "request_id", "user", "tools", "tool_choice", "parallel_tool_calls",
+    "reasoning_effort", "stream_options", "suffix", "regex", "json_schema", "ebnf", "no_stop_trim",
+    "separate_reasoning", "lora_path", "rid", "return_hidden_states"})
 
 
 def parse_sampling(value: Any, said: str = "--sampling") -> dict[str, Any]:
@@ -48,7 +63,25 @@ def parse_sampling(value: Any, said: str = "--sampling") -> dict[str, Any]:
     for name in IGNORED_REQUEST_FIELDS.keys() & items.keys():
         raise ConfigError(f"{said}: {name} is not read by an OpenAI-compatible server (vLLM and SGLang ignore "
                           f"it, and the reply runs to their own limit): give {IGNORED_REQUEST_FIELDS[name]}")
+    for name in items:
+        meant = misspelt_request_field(name)
+        if meant:
+            raise ConfigError(f"{said}: {name!r} is no request field a server reads (vLLM and SGLang ignore a "
+                              f"field they do not know, so it would change nothing): did you mean {meant}? "
+                              "(a field of your server's own that is none of these goes in extra_body)")
     return items
+
+
+def misspelt_request_field(name: Any) -> str | None:
+    """The request field ``name`` misspells (``temprature``, ``max_token``, ``top-p``), or None
+    for a field a server reads and for one close to none of them (a server's own)."""
+    if not isinstance(name, str) or name in SERVER_REQUEST_FIELDS:
+        return None
+    lowered = name.lower().replace("-", "_")
+    if lowered in SERVER_REQUEST_FIELDS:
+        return lowered
+    close = difflib.get_close_matches(lowered, SERVER_REQUEST_FIELDS, n=1, cutoff=0.8)
+    return close[0] if close else None
 
 
 def check_sampling(value: Any, where: str = "sampling") -> dict[str, Any]:
