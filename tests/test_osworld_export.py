@@ -328,6 +328,33 @@ def test_a_run_given_osworlds_result_dir_says_the_command_that_writes_its_layout
 
 
 @needs_set
+def test_the_command_a_resumed_run_names_replaces_the_examples_it_exported_before(tmp_path):
+    """A run given --result_dir, its export as its end said, then the run resumed (or the same
+    command run again, a new run of the same tasks): the end named the same command, which
+    refused at once ('... already exists: export into an empty result folder, or pass
+    --overwrite'). It says the examples are there and names the command with --overwrite."""
+    import sys
+
+    from parallel_rollout.envs.osworld.references import reference_of
+
+    # a task the oracle has no reference for: skipped, scored 0, and no VM boots
+    without = next(i for i in json.loads((EXAMPLES / "test_all.json").read_text())["os"] if reference_of(i) is None)
+    (tmp_path / "mine.json").write_text(json.dumps({"os": [without]}))
+    line = (f"{sys.executable} -m parallel_rollout run --test_config_base_dir {EXAMPLES} --test_all_meta_path "
+            "mine.json --result_dir ./results --skip-unsupported --run-id r --no-progress")
+    for again in ("", " --resume"):
+        ran = bash(line + again, tmp_path, env=INSTALLED)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        [hint] = [said for said in ran.stdout.splitlines() if "export-osworld" in said]
+        done = bash(hint.split("): ", 1)[1], tmp_path, env=INSTALLED)
+        assert done.returncode == 0, (hint, done.stdout + done.stderr)
+    assert ("(./results/pyautogui/screenshot/oracle/<domain>/<example id>/; 1 of this run's examples is there "
+            "already, which --overwrite replaces): ") in hint, hint
+    assert hint.endswith(" runs export-osworld results/r ./results --overwrite"), hint
+    assert show_result(tmp_path / "results", "pyautogui", "screenshot", "oracle") == {"os": [0.0]}
+
+
+@needs_set
 def test_a_run_given_osworlds_result_dir_where_no_sample_finished_names_no_export(tmp_path):
     """The model endpoint refused the run's key at its first answer: no sample has a final
     attempt, and ``runs export-osworld`` would refuse ('no final attempt'), yet the run's end

@@ -110,17 +110,25 @@ def layout_hint(run_dir: str | Path, result_dir: str, program: str) -> str | Non
     """The line a run given OSWorld's ``--result_dir`` ends with: that folder holds the run's
     own ``<run-id>/``, where OSWorld's show_result.py finds nothing, so it names the layout
     show_result.py reads there and the command, as typed, that fills it. None while no sample
-    has a final attempt: the command would refuse ('no final attempt')."""
+    has a final attempt: the command would refuse ('no final attempt'). Where the layout holds
+    some of its examples already (this run's, exported before its resume, or an earlier run's
+    of the same tasks), the command has ``--overwrite``, without which it refuses them."""
+    import glob
     import shlex
 
     run = RunData.load(run_dir, with_events=False)
-    if not any(r.get("sample_idx") == 0 for r in run.finals.values()):
+    exported = {r["task_id"] for r in run.finals.values() if r.get("sample_idx") == 0}
+    if not exported:
         return None
     config = run.config
     layout = "/".join([result_dir.rstrip("/") or "/", str(config.get("action_space") or "pyautogui"),
                        str(config.get("observation_type") or "screenshot"), _model_name(config)])
-    return (f"OSWorld's layout, which its show_result.py reads ({layout}/<domain>/<example id>/): "
-            f"{program} runs export-osworld {shlex.quote(str(run_dir))} {shlex.quote(result_dir)}")
+    there = sum(bool(glob.glob(f"{glob.escape(layout)}/*/{glob.escape(str(task_id))}")) for task_id in exported)
+    replaced = "" if not there else (f"; {there} of this run's examples {'is' if there == 1 else 'are'} there "
+                                     "already, which --overwrite replaces")
+    return (f"OSWorld's layout, which its show_result.py reads ({layout}/<domain>/<example id>/{replaced}): "
+            f"{program} runs export-osworld {shlex.quote(str(run_dir))} {shlex.quote(result_dir)}"
+            f"{' --overwrite' * bool(there)}")
 
 
 def _model_name(config: dict) -> str:
