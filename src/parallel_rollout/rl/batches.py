@@ -11,7 +11,12 @@ keeps the batch for ``metrics()``. The state is the scheduler's (``self``), as f
 
 from __future__ import annotations
 
+import logging
+
 from .groups import Group, Trajectory, with_turns
+from .segments import tokens_without_logprob
+
+log = logging.getLogger("parallel_rollout")
 
 
 class ReadyBatches:
@@ -86,6 +91,7 @@ class ReadyBatches:
             self._put_back(readable, unreadable)
             raise error
         trajectories = [t for group in batch for t in group.trajectories()]
+        self._warn_without_logprobs(trajectories)
         for group in batch:
             self._lag.forget(group.keys.values())
         with self._cond:
@@ -93,6 +99,22 @@ class ReadyBatches:
             self._last_batch = (trajectories, self._shared.gate.version, step, now, self._stats_at_batch)
             self._stats_at_batch = now
         return trajectories
+
+    def _warn_without_logprobs(self, trajectories: list[Trajectory]) -> None:
+        """Say once per scheduler that the server sent no logprob for sampled tokens: their
+        NaN in ``segments()`` makes an importance ratio or a KL term NaN, and with it the loss."""
+        if self._warned_no_logprob:
+            return
+        counts = [(t, *tokens_without_logprob(t.turns)) for t in trajectories if not t.placeholder]
+        missing = sum(m for _, _, m in counts)
+        if missing:
+            self._warned_no_logprob = True
+            first = next(t for t, _, m in counts if m)
+            log.warning("get_batch on scheduler %r: %d of %d sampled tokens of this batch have no logprob (the "
+                        "first in %s): the model server sent none, so segments() hold NaN there and an importance "
+                        "ratio or KL of them is NaN; serve the policy so that it returns logprobs (the agent asks "
+                        "for them), or mask those tokens; metrics()['tokens/no_logprob'] counts them per batch",
+                        self.name, missing, sum(n for _, n, _ in counts), first.trajectory_id)
 
     def _put_back(self, ready: list[Group], rerun: list[Group]) -> None:
         """A batch that was not handed out (``_hand_out``): its groups of ``ready`` go back

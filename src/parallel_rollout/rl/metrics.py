@@ -21,6 +21,8 @@ float::
     time/other_s_mean                                        the rest: the agent's own work, retry
                                                              backoff, a VM lease, the worker
     tokens/prompt, tokens/completion                         the batch's model usage
+    tokens/no_logprob                                        sampled tokens the server sent no logprob
+                                                             for (NaN in their segments' logprobs)
     dropped/<reason>                                         groups dropped since the previous batch
                                                              (stale, failed, filtered, closed …)
     failed_members, failed/<status>                          members that failed since the previous
@@ -40,6 +42,7 @@ from typing import Any, Iterable
 
 from ..agents.calls import calls_of
 from .groups import Trajectory
+from .segments import tokens_without_logprob
 
 
 def batch_metrics(batch: list[Trajectory], current_version: int, step: int,
@@ -79,6 +82,7 @@ def batch_metrics(batch: list[Trajectory], current_version: int, step: int,
     usage = [t.record.get("usage") or {} for t in real]
     out["tokens/prompt"] = sum(int(u.get("prompt_tokens") or 0) for u in usage)
     out["tokens/completion"] = sum(int(u.get("completion_tokens") or 0) for u in usage)
+    out["tokens/no_logprob"] = sum(tokens_without_logprob(t.turns)[1] for t in real)
     for name, value in stats_now.items():
         if name.startswith("dropped_") and name != "dropped_":
             out[f"dropped/{name[len('dropped_'):]}"] = value - stats_before.get(name, 0)

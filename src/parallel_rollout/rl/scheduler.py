@@ -214,6 +214,7 @@ class RolloutScheduler(CheckedKeywords, Checkpoints, ChosenBatches, GroupGenerat
         self._close_done = False                 # close() ran to its end (a Ctrl-C can cut it short)
         self._all: deque | None = None           # get_batch(-1): (tag, task, episode id) still to start
         self._warned_generated = False           # get_batch(-1) said its tags generate rooms
+        self._warned_no_logprob = False          # a batch said the server sent no logprobs
         self._all_done: list[Group] = []
         self._stats = Counter(dict.fromkeys(COUNTERS, 0))
         #: the last batch returned, with the counters then and at the batch before (metrics())

@@ -104,6 +104,20 @@ def build_segments(turns: list[dict[str, Any]], where: str = "trajectory") -> li
     return segments
 
 
+def tokens_without_logprob(turns: list[dict[str, Any]]) -> tuple[int, int]:
+    """(sampled tokens, those of them without a logprob) in ``turns``: the NaN a segment holds
+    where the server sent none (``logprobs`` null or absent for a call, or null for a token)."""
+    sampled = missing = 0
+    for turn in turns:
+        for call in calls_of(turn):
+            ids, logprobs = call.get("token_ids"), call.get("logprobs")
+            if not isinstance(ids, list):
+                continue  # no token ids: segments() raises NoTokenIds for it
+            sampled += len(ids)
+            missing += len(ids) if not isinstance(logprobs, list) else sum(1 for lp in logprobs if lp is None)
+    return sampled, missing
+
+
 #: what a turn's record holds when its act called the model (every call records a stop_reason)
 _EXCHANGE = frozenset({"reply", "stop_reason", "prompt_token_ids", "token_ids"})
 
