@@ -179,6 +179,30 @@ def test_skip_unsupported_gives_each_skipped_task_one_final_record(tmp_path):
     assert len((out / "r" / "results.jsonl").read_text().splitlines()) == 4
 
 
+def test_skip_unsupported_names_each_task_it_skips_for_a_feature_at_the_start(tmp_path):
+    """A task of a metric this version lacks, skipped, was never said on the console: the run said
+    '1 task --agent oracle cannot run gets an 'unsupported' record' of the other skipped task and
+    ended 'statuses: unsupported 2'. Each reason names its tasks, the feature with each."""
+    import subprocess
+    import sys
+
+    data = osworld_folder(tmp_path / "set", {
+        "a": {"domain": "os", "instruction": "a", "config": [], "evaluator": {
+            "func": "no_such_metric", "result": {"type": "vm_file", "path": "/tmp/x", "dest": "x"}}},
+        "c": {"domain": "os", "instruction": "c", "config": [], "evaluator": {
+            "func": "exact_match", "result": {"type": "vm_command_line", "command": "echo hi"},
+            "expected": {"type": "rule", "rules": {"expected": "hi\n"}}}},
+    })
+    ran = subprocess.run([sys.executable, "-m", "parallel_rollout", "run", "--data", str(data), "--skip-unsupported",
+                          "--output-dir", str(tmp_path / "out"), "--run-id", "r", "--no-progress"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert ("--skip-unsupported: 1 task this version does not support gets an 'unsupported' record: a "
+            "(metric no_such_metric)") in ran.stderr, ran.stderr
+    assert "--skip-unsupported: 1 task --agent oracle cannot run gets an 'unsupported' record: c" in ran.stderr
+    assert "statuses: unsupported 2" in ran.stdout + ran.stderr
+
+
 @pytest.mark.skipif(not all(shutil.which(p) for p in ("Xvfb", "openbox", "xdotool", "wmctrl")),
                     reason="the desktop packages are missing (./dev installs them)")
 def test_skip_unsupported_runs_the_rest_and_scores_over_the_whole_set(tmp_path):

@@ -67,6 +67,14 @@ _TICK_S = 0.2
 _PROGRESS_LOG_S = 30.0
 
 
+def _skipped_line(why: str, named: list[str]) -> str:
+    """The warning of the tasks --skip-unsupported skips for ``why``: each one's final record is
+    'unsupported', counted in the summary's statuses, so each is named (the first five)."""
+    many = len(named) != 1
+    return (f"--skip-unsupported: {len(named)} task{'s' * many} {why} {'get' if many else 'gets'} an 'unsupported' "
+            f"record: {', '.join(named[:5])}" + (f" and {len(named) - 5} more" if len(named) > 5 else ""))
+
+
 class Runner:
     """One run: ``Runner(config).run()`` returns a RunOutcome; it never leaves a VM behind."""
 
@@ -137,6 +145,9 @@ class Runner:
         self._skipped = [] if cfg.limit else [
             (sample, item.features) for item in task_set.unsupported
             for sample in expand([item.task], cfg.group_size)]
+        if task_set.unsupported and not cfg.limit:  # said as the agent's refused tasks are, below
+            log.warning("%s", _skipped_line("this version does not support", [
+                f"{item.task.id} ({', '.join(item.features)})" for item in task_set.unsupported]))
         if cfg.limit:  # before the agent's check: a task --limit leaves out needs nothing of it
             tasks = tasks[: cfg.limit]
         refused = refused_by_agent(self.agent_cls, tasks)  # every task the agent cannot run, named at once
@@ -151,10 +162,7 @@ class Runner:
                               "or your own --agent module:Class",)
             raise error
         if refused:  # skipped as a feature the mode lacks is: an 'unsupported' record each
-            names = [task.id for task, _ in refused]
-            log.warning("--skip-unsupported: %d task%s --agent %s cannot run %s an 'unsupported' record: %s",
-                        len(names), "s" if len(names) != 1 else "", cfg.agent, "get" if len(names) != 1 else "gets",
-                        ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else ""))
+            log.warning("%s", _skipped_line(f"--agent {cfg.agent} cannot run", [task.id for task, _ in refused]))
             skipped = {id(task) for task, _ in refused}
             tasks = [task for task in tasks if id(task) not in skipped]
             self._skipped += [(sample, (why.removeprefix(f"{task.source}: "),))
