@@ -26,6 +26,10 @@ from .config import given_settings, in_the_trainers_words
 from .run_folder import RunFolder
 from .suspension import Suspension
 
+#: how long close() waits for the agents of the requests it aborted to end them (the stream
+#: closed, an abort_url told) before their workers are stopped
+_CLOSE_ABORTS_S = 2.0
+
 
 class SharedEngine:
     """The engine, the gate, the results file and the schedulers using them."""
@@ -238,7 +242,13 @@ class SharedEngine:
         self.closed = True  # a close() a Ctrl-C cut short stays to be finished: by the next call, or at exit
         for scheduler in list(self.schedulers):
             scheduler.mark_closed()
-        self.gate.resume()  # nobody stays parked at the gate while the workers stop
+        # the requests in flight end at the server before their workers stop: each agent
+        # closes its stream and tells an abort_url (a server that needs telling), which a
+        # worker killed mid-request never did (its server decoded on to max_tokens); the gate
+        # stays shut, so no request goes out again in the meantime (the workers are stopped
+        # wherever they are, parked at the gate too, and the gate closes with the engine)
+        self.gate.suspend(abort=True)
+        self.gate.wait_aborted(_CLOSE_ABORTS_S)
         try:
             self.engine.close(grace=0.0)
         except KeyboardInterrupt:
@@ -253,6 +263,7 @@ class SharedEngine:
     def _release(self) -> None:
         """Close the gate and the results file, and unlock the folder (last: the folder is
         another run's to write only once all is stopped)."""
+        self.gate.resume()  # shut by close() for its aborts: stats() says no suspend after it
         self.gate.close()
         self.store.close()
         self.folder.close(retract=not self.engine.stats.submitted)  # a session that ran no sample leaves none
