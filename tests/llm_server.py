@@ -50,7 +50,8 @@ A chunk ``{"raw": payload}`` is streamed as that payload, as it is: an error eve
 **The model's context.** ``max_model_len`` refuses a request past it before any step is taken,
 as vLLM does (``context_refusal``: recorded with its ``refused`` message).
 
-``GET /v1/models`` lists ``models`` (one, "test-model": what a preflight asks); ``model_listings`` counts those calls.
+``GET /v1/models`` lists ``models`` ("test-model", and "m" and RunConfig's default model, the names
+the tests' runs give: what a preflight and a run's worker ask); ``model_listings`` counts those calls.
 ``missing_routes`` are answered 404 (``{"detail": "Not Found"}``, FastAPI's), as a server without
 that route would; a POST with neither ``messages`` nor ``prompt`` is answered 400 before any step
 is taken, as vLLM does (``bodiless`` counts them).
@@ -111,8 +112,10 @@ class LLMServer:
         self.requests: list[dict[str, Any]] = []
         #: GET /v1/models calls served
         self.model_listings = 0
-        #: the model ids GET /v1/models lists (another: a server restarted with another model)
-        self.models = ["test-model"]
+        #: the model ids GET /v1/models lists (another: a server restarted with another model);
+        #: also the names the tests' runs give (``m``, RunConfig's default): a run's worker asks
+        #: its one server's /models before its first request (agents/servers.py)
+        self.models = ["test-model", "m", "gpt-4.1-2025-04-14"]
         #: POST routes answered 404 as FastAPI does (a completions-only server: {"/v1/chat/completions"})
         self.missing_routes: set[str] = set()
         #: POSTs without messages or prompt, answered 400 before sampling (no step), as vLLM does

@@ -1,10 +1,13 @@
 """A test server restarted mid-run on its port serving another model (tests of a fleet whose
-server restarts: tests/test_fleet_restarts.py, tests/rl/test_scheduler_fleet.py)."""
+server restarts: tests/test_fleet_restarts.py, tests/rl/test_scheduler_fleet.py; of a run's one
+server: tests/test_one_server_restarts.py, tests/rl/test_scheduler_one_server.py), and the
+``restarting`` fixture that stops those a test made."""
 
 from __future__ import annotations
 
 import threading
 
+import pytest
 from llm_server import LLMServer
 
 
@@ -90,3 +93,17 @@ class Restarting:
 #: the ways a restart shows to the request in flight: the connection closed without an answer,
 #: a proxy's 502 while the server behind it restarts
 RESTART_FAILURES = {"hang-up": {"hang_up": True}, "proxy-502": {"status": 502, "message": "Bad Gateway"}}
+
+
+@pytest.fixture
+def restarting():
+    """``restarting(failure, …)``: Restarting servers, stopped after the test."""
+    made: list[Restarting] = []
+
+    def start(*args, **kwargs) -> Restarting:
+        made.append(Restarting(*args, **kwargs))
+        return made[-1]
+
+    yield start
+    for server in made:
+        server.stop()

@@ -45,6 +45,7 @@ def test_a_refused_key_or_unknown_model_stops_the_run_and_its_resume_runs_every_
     refusing.set()
     server = llm_server(policy=lambda body: {"status": status, "message": server_said} if refusing.is_set()
                         else solver(body))
+    server.models.append("X")  # its /models lists the run's model: the chat request is what refuses
     args = ["run", "--mode", "math", "--data", str(tasks), "--agent", "openai", "--base-url", server.url,
             "--model", "X", "--num-rollouts", "2", "--fail-under", "0.5", "--output-dir", str(tmp_path / "out"),
             "--run-id", "refused", "--no-progress"]
@@ -83,6 +84,7 @@ def test_a_client_error_that_is_not_a_refusal_stays_the_attempts_error(tmp_path,
 
 def test_the_dry_run_refuses_a_model_the_endpoint_does_not_list(tmp_path, llm_server):
     server = llm_server()
+    server.models = ["test-model"]
     data = tmp_path / "math.jsonl"
     data.write_text(MATH_TASKS.read_text().splitlines()[0] + "\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
@@ -166,6 +168,7 @@ def test_a_refused_key_is_a_python_runs_outcome_with_the_clis_exit_code(tmp_path
     tasks = tmp_path / "math.jsonl"
     tasks.write_text(MATH_TASKS.read_text().splitlines()[0] + "\n")
     server = llm_server(policy=lambda body: {"status": 401, "message": "Incorrect API key provided"})
+    server.models.append("X")  # its /models lists the run's model: only the chat request refuses the key
     outcome = run(mode="math", data=tasks, agent="openai", base_url=server.url, model="X",
                   output_dir=tmp_path / "out", run_id="refused", progress=False)
     assert outcome.exit_code == EXIT_USAGE == 2, outcome

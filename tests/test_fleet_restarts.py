@@ -14,21 +14,7 @@ import sys
 import pytest
 
 from conftest import read_results
-from restarting_server import RESTART_FAILURES, Restarting, echo
-
-
-@pytest.fixture
-def restarting():
-    """``restarting(failure, …)``: Restarting servers, stopped after the test."""
-    made: list[Restarting] = []
-
-    def start(*args, **kwargs) -> Restarting:
-        made.append(Restarting(*args, **kwargs))
-        return made[-1]
-
-    yield start
-    for server in made:
-        server.stop()
+from restarting_server import RESTART_FAILURES, echo, restarting  # noqa: F401 - fixture
 
 
 def _run(tmp_path, run_id: str, *urls: str, limit: int = 8, workers: int = 1) -> subprocess.CompletedProcess:

@@ -144,6 +144,7 @@ def test_openai_agent_solves_desktop_tasks_from_screenshots(tmp_path, llm_server
     tasks = subset()
     model = DesktopModel(tasks, action_space, a11y=observation_type == "screenshot_a11y_tree")
     server = llm_server(policy=model)
+    server.models.append("test-vision")  # the model the run gives
     data = write_tasks(tmp_path / "tasks.jsonl", tasks)
     cfg = build_config(dict(
         mode="osworld", data=str(data), agent="openai", base_url=server.url, model="test-vision",

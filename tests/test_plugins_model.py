@@ -76,6 +76,7 @@ def test_a_plugin_agent_with_a_local_server_needs_no_key(tmp_path, no_key, llm_s
 def test_check_endpoint_asks_a_plugin_agents_model_endpoint(tmp_path, no_key, llm_server):
     """--check-endpoint refused every agent but openai: 'the … agent calls no model endpoint'."""
     server = llm_server()
+    server.models = ["test-model"]
     asked = invoke(tmp_path, "--agent", "user_plugins:ModelAgent", "--model", "test-model", "--base-url", server.url,
                    "--dry-run", "--check-endpoint")
     assert asked.exit_code == 0, asked.output
@@ -159,6 +160,7 @@ def test_the_readme_agent_example_runs_as_written(tmp_path, llm_server):
     command = re.match(r"# (\S+): (.*)\n", example)
     (tmp_path / command.group(1)).write_text(example)
     server = llm_server(policy=shell_solver(SHELL_TASKS))
+    server.models.append("my-model")  # the model the example runs
     line = (command.group(2).replace("./dev run", f"{sys.executable} -m parallel_rollout run")
             .replace("tasks.jsonl", str(SHELL_TASKS)).replace("MODEL", "my-model").replace("URL", server.url))
     proc = subprocess.run([*shlex.split(line), "--output-dir", "out", "--run-id", "readme", "--no-progress",

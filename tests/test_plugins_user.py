@@ -42,6 +42,7 @@ def test_a_plugin_agent_takes_the_model_settings_of_its_model_client(tmp_path, l
         return reply_with_counts(body, str(2 * n))
 
     server = llm_server(policy=twice)
+    server.models.append("my-model")  # the model the run gives
     data = double_tasks(tmp_path)
     result = invoke(tmp_path, "--mode", DOUBLE, "--agent", "user_plugins:ModelAgent", "--data", str(data),
                     "--model", "my-model", "--base-url", server.url, "--temperature", "0.25",

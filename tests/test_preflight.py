@@ -83,6 +83,7 @@ def test_an_unreachable_endpoint_with_check_endpoint(tmp_path):
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 def test_a_reachable_endpoint_is_asked_once(tmp_path, llm_server):
     server = llm_server()
+    server.models = ["test-model"]
     done = dry_run(tmp_path, "--agent", "openai", "--check-endpoint", "--model", "test-model",
                    env={"OPENAI_BASE_URL": server.url})
     assert done.returncode == 0, done.stderr

@@ -201,6 +201,7 @@ OBSERVATION = {"grid": "PFFF\nFHFH\nFFFH\nHFFG", "position": [0, 0], "steps": 0,
 def test_agent_records_version_tokens_and_logprobs(gate, llm_server):
     policy = TablePolicy(seed=1)
     server = llm_server(policy=policy, routes=policy.routes())
+    server.models.append("table")  # it serves the run's model
     agent = _agent(server.url, gate)
     action = agent.act(OBSERVATION)
     turn = agent.turn_record()
@@ -219,6 +220,7 @@ def test_agent_records_version_tokens_and_logprobs(gate, llm_server):
 def test_agent_waits_while_suspended_and_redoes_an_aborted_turn(gate, llm_server):
     policy = TablePolicy(seed=1, delay_s=0.4)
     server = llm_server(policy=policy, routes=policy.routes())
+    server.models.append("table")  # it serves the run's model
     agent = _agent(server.url, gate)
     result: list = []
     thread = threading.Thread(target=lambda: result.append(agent.act(OBSERVATION)), daemon=True)

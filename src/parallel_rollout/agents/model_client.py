@@ -210,7 +210,7 @@ class ModelClient(ModelRequests):
     def usage(self) -> dict[str, Any]:
         """Tokens, requests and retries of the episode so far; with several servers, the
         server it ended on and its moves (``server_moves``)."""
-        if self._route.pool is None:
+        if not self._route.fleet:
             return dict(self._usage)
         return {**self._usage, "server": self._route.url, "server_moves": list(self._route.moves)}
 
@@ -263,7 +263,7 @@ class ModelClient(ModelRequests):
         """The Reply of a whole turn; the episode's end when its stop reason says so."""
         turn = self._turn
         turn.setdefault("reply", text)  # a split call's last piece has its own (calls.split_retokenized)
-        if self._route.pool is not None:
+        if self._route.fleet:
             turn["server"] = self._route.url
         stop = turn.get("stop_reason") or "unknown"
         if stop == "length" and self.wire.context_full():

@@ -25,7 +25,7 @@ from ..errors import AttemptCancelled, ConfigError
 from . import calls, context_room, openai_request, partial_reply, stream_abort, streaming
 from .episode import AgentError, EndpointRefused, ModelUnavailable
 from .gated_request import GatedRequests
-from .retries import Retryable, failure_of, retrying
+from .retries import Retryable, failure_of, retrying, unlisted
 from .servers import Route
 from .wire import MalformedResponse, Wire
 
@@ -161,7 +161,7 @@ class ModelRequests:
                 failed.append(self.base_url)
                 refused.append(self.base_url)
                 if exc.status is None or not self._route.can_leave_refusal(failed):
-                    if self._route.pool is None or exc.status is None:
+                    if not self._route.fleet or exc.status is None:
                         raise
                     pool = self._route.pool
                     if set(pool.urls) <= {*refused, *pool.refusing()}:
@@ -200,8 +200,8 @@ class ModelRequests:
         yet fails the request as a refused connection does (retried, or moved on); one listing
         another model is left out (``LeftOut``), so nothing is sent there: not even a request
         racing its start with another model loaded."""
-        pool = self._route.pool
-        serves = pool.first_visit(self.base_url, self._serves_the_run) if pool is not None else True
+        pool = self._route.pool  # one server is a pool of one, asked the same way
+        serves = pool.first_visit(self.base_url, self._serves_the_run)
         if serves is None:
             raise Retryable(pool.said.get(self.base_url, f"{self.base_url} does not answer"), server_down=True)
         if not serves:
@@ -210,7 +210,8 @@ class ModelRequests:
     def _serves_the_run(self, url: str) -> bool | None:
         """GET ``url``/models as the start check does (``probe_models``): whether it serves the
         run (its model listed, or no model list), None when it does not answer; EndpointRefused
-        when it does not and no other server of the fleet serves the run either."""
+        when it does not and no other server of the fleet serves the run either (one server:
+        the run's only one, which a restart with another model is to the run as a 404 is)."""
         try:
             openai_request.probe_models(url, self.config.model, agent=getattr(self.config, "agent", "openai"),
                                         fleet=True)  # a proxy's 502 while its server is down: asked again
@@ -218,6 +219,10 @@ class ModelRequests:
             self._route.pool.said[url] = exc.answer
             if isinstance(exc, openai_request.ServerUnreachable):
                 return None
+            if not self._route.fleet:
+                if not isinstance(exc, openai_request.ModelNotListed):
+                    return True  # a refused key, a path without /v1: the request says so, as without the check
+                raise EndpointRefused(unlisted(exc.answer)) from None  # nowhere to go on: the run stops
             if not self._route.pool.serving(url):
                 raise EndpointRefused(f"every server of the fleet refuses ({', '.join(self._route.pool.urls)}); "
                                       f"the last: {exc.answer}; {exc.fix}") from None
@@ -280,11 +285,10 @@ class ModelRequests:
             failure = failure_of(exc, self.endpoint, request.get("model"), self.base_url, self.timeout_s)
             if failure is None:
                 raise
-            if isinstance(failure, Retryable) and failure.may_have_restarted and self._route.pool is not None:
+            if isinstance(failure, Retryable) and failure.may_have_restarted:
                 self._route.pool.ask_again(self.base_url)  # back with another model? asked before its next request
             raise failure from None
-        if self._route.pool is not None:
-            self._route.pool.answered(self.base_url)
+        self._route.pool.answered(self.base_url)
         self._usage["prompt_tokens"] += usage.get("prompt_tokens", 0)
         self._usage["completion_tokens"] += usage.get("completion_tokens", 0)
         self._turn.update(info if self._gate is not None or self.wire.sends_ids

@@ -236,6 +236,11 @@ class ServerRefused(ConfigError):
         self.url, self.answer, self.fix = url, answer, fix
 
 
+class ModelNotListed(ServerRefused):
+    """``probe_models``: the server's model list lacks the run's model (another served there:
+    SGLang and llama.cpp answer a request for any model name, so only this tells)."""
+
+
 class ServerUnreachable(ServerRefused):
     """``probe_models``: nothing answered (a refused connection, no answer in time), or, when
     a model list is required or for a fleet's server, a 5xx: a server not (yet) up, unlike one
@@ -296,8 +301,8 @@ def probe_models(url: str, model: str, timeout: float = PROBE_TIMEOUT_S, agent: 
         return f"{url} answers (GET /models: not a model list)"
     if ids and model not in ids:  # its requests would be answered 404: EndpointRefused
         listed = ", ".join(ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
-        raise ServerRefused(url, f"{url} does not list the model {model!r} (--model): it lists {listed}",
-                            "give --model one of them")
+        raise ModelNotListed(url, f"{url} does not list the model {model!r} (--model): it lists {listed}",
+                             "give --model one of them")
     return f"{url} answers with {len(ids)} model(s)"
 
 

@@ -90,6 +90,12 @@ def refusal(status: int, model: str, base_url: str) -> str:
     return f"the endpoint refuses the API key: set OPENAI_API_KEY to a key it accepts {_NEW_KEY}"
 
 
+def unlisted(answer: str) -> str:
+    """What to fix when the run's one server, asked its /models mid-run, lists another model
+    (``answer``: the URL, what it lists and --model): restarted with it, or --model is wrong."""
+    return f"{answer} (restarted serving another?); give --model one of them{_MODEL_FIXED}, {_SERVE_IT}"
+
+
 def failure_of(exc: Exception, endpoint: str, model: str | None, base_url: str,
                timeout_s: float) -> Exception | None:
     """What a failed request is to the call: Retryable for what a retry may fix (5xx, 429,

@@ -29,6 +29,9 @@ the affinity too::
                     asked the same before its next request: a restart takes longer, so a
                     process that sent it nothing while it restarted (the requests of another
                     process met it; a trainer's step between two batches) still finds it
+    one server   ── a pool of one (``Route.fleet`` False): asked its /models the same way, at
+                    the first request, after a restart's failure and a silence; never moved
+                    from, so one listing another model stops the run (``EndpointRefused``)
 
 Load is the number of trajectories a server holds. The pool is one per set of URLs per
 process (``pool_for``): every env loop of a worker process shares it; separate worker
@@ -254,7 +257,10 @@ class Route:
 
     def __init__(self, urls: Sequence[str], cooldown_s: float = DEFAULT_COOLDOWN_S,
                  header: str = DEFAULT_SESSION_HEADER) -> None:
-        self.pool = pool_for(urls, cooldown_s) if len(urls) > 1 else None
+        #: one server is a pool of one: asked its /models as a fleet's are (``first_visit``), never moved from
+        self.pool = pool_for(urls, cooldown_s)
+        #: several servers: the trajectory's server and moves are recorded, a refusal moves it on
+        self.fleet = len(urls) > 1
         #: the server the trajectory's requests go to
         self.url = urls[0]
         self.header = header
@@ -273,7 +279,7 @@ class Route:
         ``unheard``: those the start check did not hear, asked at their first visit."""
         self.end()
         self.turn = turn
-        if self.pool is not None:
+        if self.fleet:
             if left_out:
                 self.pool.leave_out(left_out)
             if unheard:
@@ -285,25 +291,25 @@ class Route:
 
     def end(self) -> None:
         """The trajectory ended: its server's load drops."""
-        if self.pool is not None and self._held:
+        if self.fleet and self._held:
             self.pool.release(self.url)
             self._held = False
 
     def can_move(self, exclude: Collection[str] = ()) -> bool:
         """Whether another server is up to move to, not one of ``exclude`` (those that
         failed the turn already)."""
-        return self.pool is not None and self.pool.available({self.url, *exclude})
+        return self.fleet and self.pool.available({self.url, *exclude})
 
     def can_leave_refusal(self, exclude: Collection[str] = ()) -> bool:
         """Whether another server, not one of ``exclude``, may serve what the current one
         refused (one not refusing it too)."""
-        return self.pool is not None and self.pool.serving({self.url, *exclude})
+        return self.fleet and self.pool.serving({self.url, *exclude})
 
     def move(self, reason: str, exclude: Collection[str] = (), refused: bool = False) -> dict[str, object]:
         """The current server failed (``refused``: refused the run's key or model): cool it
         down and go on at another, not one of ``exclude`` (after a refusal, not one refusing
         too); the move made (marked ``refused``)."""
-        assert self.pool is not None
+        assert self.fleet
         old = self.url
         (self.pool.refuse if refused else self.pool.fail)(old)
         self.pool.release(old)
