@@ -105,6 +105,7 @@ def test_a_server_that_refuses_max_tokens_gets_max_completion_tokens(tmp_path, l
         return {"status": 400, "error": refusal} if "max_tokens" in body else answer(body)
 
     server = llm_server(policy=policy)
+    server.models.append("house-reasoner")  # its /models lists the run's model
     done = cli(tmp_path, "--base-url", server.url, "--model", "house-reasoner", "--max-tokens", "64")
     assert done.returncode == 0, done.stderr
     bodies = [r["body"] for r in server.requests]
@@ -116,6 +117,7 @@ def test_a_server_that_refuses_max_tokens_gets_max_completion_tokens(tmp_path, l
 @pytest.mark.slow
 def test_reasoning_models_get_max_completion_tokens_at_once(tmp_path, llm_server):
     server = llm_server(policy=solver())
+    server.models.append("o3-mini")  # its /models lists the run's model
     done = cli(tmp_path, "--base-url", server.url, "--model", "o3-mini", "--max-tokens", "64")
     assert done.returncode == 0, done.stderr
     assert [b["body"].get("max_completion_tokens") for b in server.requests] == [64, 64, 64]

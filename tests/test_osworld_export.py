@@ -148,6 +148,7 @@ def model_run(tmp_path_factory):
     out = tmp / "out"
     server = LLMServer(policy=lambda body: reply_with_counts(
         body, REPLIES[sum(m["role"] == "assistant" for m in body["messages"])])).start()
+    server.models.append(HF_MODEL)  # its /models lists the run's model, as a server that serves it does
     try:
         with pytest.MonkeyPatch.context() as env:
             env.delenv("OPENAI_API_KEY", raising=False)
