@@ -361,7 +361,9 @@ def secure_base_dir(base: Path) -> Path:
 
 def make_vm_dir(vm_dir: Path, *subdirs: str, lock_pool: bool = False) -> None:
     """Create ``vm_dir`` (and ``subdirs`` in it); a concurrent stop of the run's last VM may
-    remove the run folder between the creation of the parents, so try again then. With
+    remove the run folder between the creation of the parents (FileNotFoundError), or between
+    makedirs' mkdir of it and its check that it is a folder (FileExistsError, for a folder that
+    is gone), so try again then. With
     ``lock_pool``, the pool folder is made and locked (``hold_pool_lock``) first: a sweep in
     another PID namespace never sees the pool's new VM folder in an unlocked pool folder."""
     targets = [vm_dir / sub for sub in subdirs] or [vm_dir]
@@ -375,7 +377,7 @@ def make_vm_dir(vm_dir: Path, *subdirs: str, lock_pool: bool = False) -> None:
             if lock_pool:
                 hold_pool_lock(vm_dir.parent)  # the pool folder made anew meanwhile: locked again
             return
-        except FileNotFoundError:
+        except (FileNotFoundError, FileExistsError):
             if attempt == 9:
                 raise
 
