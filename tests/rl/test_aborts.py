@@ -169,6 +169,28 @@ def test_an_abort_url_is_told_the_aborted_streams_id(gate, llm_server):
     assert agent.turn_record()["redone"] == 1 and len(told) == 1
 
 
+def test_an_aborted_request_ends_at_the_gate_only_once_its_abort_url_was_told(gate, llm_server):
+    """The POST runs in a thread of its own: a worker stopped as soon as the gate heard the
+    request end (a scheduler's close()) killed it unsent, and the server decoded on."""
+    told: list = []
+
+    def slow_abort(body):
+        time.sleep(0.5)  # the abort server is slow to answer: told only when this returns
+        told.append(body)
+        return {}
+
+    server = llm_server(policy=continuing, token_rate=40, routes={"/abort_request": slow_abort})
+    agent = _agent(server.url, gate, abort_url="/abort_request")
+    thread = threading.Thread(target=lambda: agent.act(OBSERVATION), daemon=True)
+    thread.start()
+    wait_until(lambda: gate.in_flight == 1 and server.tokens_streamed >= 2)
+    gate.suspend(abort=True)
+    assert gate.wait_aborted(5.0)
+    assert told == [{"request_id": "cmpl-0", "rid": "cmpl-0"}]  # delivered before the end was heard
+    gate.resume(7)
+    thread.join(10)
+
+
 def test_an_abort_url_path_is_on_each_requests_own_server(gate, llm_server):
     """Several servers, abort_url="/abort_request": each is told of the streams it serves."""
     told: dict = {0: [], 1: []}

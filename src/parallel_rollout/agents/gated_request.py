@@ -103,6 +103,7 @@ class GatedRequests:
             kept = whole.oldest
         finally:
             self._abortable = None
+            abortable.wait_told()  # the gate hears the end once the abort_url was told
             # every request's time, an aborted one's too: the turn's model time (metrics)
             turn["model_s"] = round(turn.get("model_s", 0.0) + time.time() - started, 4)
             try:

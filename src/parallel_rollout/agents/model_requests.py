@@ -341,6 +341,7 @@ class ModelRequests:
                 raise
             finally:
                 self._sockets.current = None  # answered: a later cancel has no request of its to abort
+                abortable.wait_told()
         return self._gate.send(self.wire, client, request, partial, base_url=self.base_url, key=self._key,
                                turn=self._turn, cancelled=lambda: self._cancelled, sent=self._sent,
                                before_send=self._first_visit)

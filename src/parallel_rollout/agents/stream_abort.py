@@ -18,6 +18,9 @@ from urllib.parse import urlsplit
 
 log = logging.getLogger("parallel_rollout")
 
+#: how long a request's end waits for its abort's POST to be delivered (``Abortable.wait_told``)
+TELL_WAIT_S = 2.0
+
 
 class Sockets:
     """The sockets one model client's HTTP connections run on, noted as each connects (an
@@ -88,6 +91,8 @@ class Abortable:
         #: the id the request carries in its body (``named``): told when no stream's id came
         self.carried_id: str | None = None
         self._told = False
+        #: the thread POSTing the id (``_tell``): ``wait_told`` waits for it
+        self._teller: threading.Thread | None = None
         self._sockets = sockets
         if sockets is not None:
             sockets.current = self
@@ -126,8 +131,18 @@ class Abortable:
             return
         self._told = True
         told = self.request_id or self.carried_id
-        threading.Thread(target=_post_abort, args=(self.abort_url, told), name="abort-url",
-                         daemon=True).start()
+        self._teller = threading.Thread(target=_post_abort, args=(self.abort_url, told), name="abort-url",
+                                        daemon=True)
+        self._teller.start()
+
+    def wait_told(self, timeout: float = TELL_WAIT_S) -> None:
+        """Wait (at most ``timeout`` seconds) until the abort's POST, if one was begun, is
+        delivered: the request's end is heard only then, and a worker stopped right after
+        (a scheduler's close(), a run's end) no longer kills the thread before it told."""
+        with self._lock:
+            teller = self._teller
+        if teller is not None:
+            teller.join(timeout)
 
 
 def abortable(config: Any, base_url: str, sockets: Sockets) -> Abortable:
