@@ -54,7 +54,7 @@ from typing import Any, Mapping
 
 from .base import Env, StepResult, reject_none, require
 from .math_grader import DEFAULT_GRADE_TIMEOUT_S, INSTALL_HINT, grade_isolated
-from .math_reading import ALTERNATIVES, NUMBER, braced, read_answer, unwrap, written_numbers
+from .math_reading import ALTERNATIVES, NUMBER, TEXT_COMMANDS, braced, read_answer, unwrap, written_numbers
 
 #: longest extracted answer that is graded; longer ones score 0 without a grade
 MAX_ANSWER_CHARS = 1000
@@ -77,8 +77,7 @@ _FORMULA_WORDS = frozenset({"sqrt", "pi", "inf", "infty", "oo", "sin", "cos", "t
                             "log", "ln", "exp", "arcsin", "arccos", "arctan"})
 #: where a formula shows words that are no prose: its text (``5 \\text{ cm}``, ``\\text{Monday}``,
 #: ``7 \\text{ (mod } 9)``) and the names of its environments (``\\begin{pmatrix}``)
-_SHOWN_WORDS = re.compile(r"\\(?:text(?:rm|it|bf|sf|tt|normal|up)?|mbox|math(?:rm|it|bf|sf|tt|normal)|operatorname"
-                          r"|begin|end)\s*\{[^{}]*\}")
+_SHOWN_WORDS = re.compile(rf"\\(?:{TEXT_COMMANDS}|operatorname|begin|end)\s*\{{[^{{}}]*\}}")
 #: a line that a bare formula answers on: it writes a number, a command or a choice's letter (``C``, ``(B)``)
 _ANSWERS = re.compile(r"\d|\\[A-Za-z]|^\(?[A-Z]\)?$")
 
