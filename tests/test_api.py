@@ -154,7 +154,7 @@ def test_a_run_gives_the_package_logger_back_its_level(tmp_path):
         assert project.level == logging.WARNING
     finally:
         project.setLevel(was)
-    assert outcome.exit_code == 0 and "run lvl: 1 samples" in (outcome.run_dir / "run.log").read_text()
+    assert outcome.exit_code == 0 and "run lvl: 1 sample," in (outcome.run_dir / "run.log").read_text()
 
 
 def test_a_run_log_that_cannot_be_opened_is_a_config_error_that_gives_back_the_signals(tmp_path):

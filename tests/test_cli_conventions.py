@@ -149,7 +149,7 @@ def test_osworld_spellings_are_read_as_this_clis_flags(tmp_path):
     (["--sleep_after_execution", "-1"], "--sleep_after_execution must be 0 or more"),
     (["--base_url", "nohost"], "--base_url 'nohost' is not an http(s) URL"),
     (["--screen_height", "720"], "--screen_height is not used by this run: it only applies to desktop modes"),
-    (["--num_envs", "3"], "--num_envs 3 without --use-vm-pool boots a VM per worker: 1 samples need 1 workers"),
+    (["--num_envs", "3"], "--num_envs 3 without --use-vm-pool boots a VM per worker: 1 sample needs 1 worker"),
 ], ids=lambda v: v[0] if isinstance(v, list) else None)
 def test_an_osworld_spelling_is_named_as_typed(tmp_path, args, says):
     """A script written for OSWorld's run.py gave --observation_type, --max_steps …; its errors,

@@ -86,7 +86,7 @@ def test_a_worker_count_cut_to_the_samples_is_said_as_typed(tmp_path):
     result = CliRunner().invoke(main, ["--mode", "shell", "--data", str(data), "--no-progress", "--dry-run",
                                        "--output-dir", str(tmp_path / "out"), "--num-workers", "3"])
     said = flat(result.output)
-    assert "--num-workers 3 without --use-vm-pool boots a VM per worker: 1 samples need 1 workers" in said, said
+    assert "--num-workers 3 without --use-vm-pool boots a VM per worker: 1 sample needs 1 worker" in said, said
     assert "--num-rollouts" not in said, said
 
 

@@ -290,7 +290,7 @@ def test_remote_vms_are_one_pool_leased_from_every_node(cluster, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("pool, flags, booted, said", [
     (True, ["--num-rollouts", "1", "--num-vms", "3"], 3,
-     "--num-vms 3: at most 1 rollouts run at once on a node (2 samples, 1 env loops), so 1 VMs are booted on each node"),
+     "--num-vms 3: at most 1 rollout runs at once on a node (2 samples, 1 env loop), so 1 VM is booted on each node"),
     (False, ["--num-rollouts", "4"], 6,
      "--num-rollouts 4 without --use-vm-pool boots a VM per worker: 2 samples need 2 workers, so 2 start on each node"),
 ])

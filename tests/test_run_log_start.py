@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bub
 
 WARNED = ("PARALLEL_ROLLOUT_NUM_ROLOUTS is set but is no flag of run nor a setting parallel-rollout reads",
           "--headless is not used by this run: the process provider's VMs open no window; it is ignored",
-          "--num-rollouts 4 without --use-vm-pool boots a VM per worker: 1 samples need 1 workers, so 1 start")
+          "--num-rollouts 4 without --use-vm-pool boots a VM per worker: 1 sample needs 1 worker, so 1 starts")
 
 
 def test_the_warnings_before_the_run_folder_opens_are_in_run_log(tmp_path):
@@ -35,7 +35,7 @@ def test_the_warnings_before_the_run_folder_opens_are_in_run_log(tmp_path):
         assert run_log.count(said) == 1 and f"WARNING MainProcess parallel_rollout: {said}" in run_log, run_log
     # in the order they were said, before the run's first line
     at = [run_log.index(said) for said in WARNED]
-    assert at == sorted(at) and at[-1] < run_log.index("1 samples, 0 already final"), run_log
+    assert at == sorted(at) and at[-1] < run_log.index("1 sample, 0 already final"), run_log
 
 
 def test_minus_qq_says_no_warning_on_the_console_and_run_log_keeps_them(tmp_path):
@@ -101,7 +101,7 @@ def test_a_python_runs_run_log_has_no_warning_of_a_cli_command_before_it(tmp_pat
     assert warned in " ".join(said.output.split()), said.output
     outcome = run(mode="shell", data=str(data), output_dir=str(tmp_path / "out"), run_id="after", progress=False)
     run_log = (outcome.run_dir / "run.log").read_text()
-    assert "1 samples, 0 already final" in run_log and warned.split(":")[0] not in run_log, run_log
+    assert "1 sample, 0 already final" in run_log and warned.split(":")[0] not in run_log, run_log
 
 
 def test_a_python_runs_warnings_before_its_folder_opens_are_in_its_run_log(tmp_path):
@@ -114,5 +114,5 @@ def test_a_python_runs_warnings_before_its_folder_opens_are_in_its_run_log(tmp_p
     outcome = run(mode="shell", data=str(data), output_dir=str(tmp_path / "out"), run_id="sized", progress=False,
                   num_vms=6, use_vm_pool=True)
     run_log = (outcome.run_dir / "run.log").read_text()
-    said = "WARNING MainProcess parallel_rollout: num_vms=6 in run(): at most 1 rollouts run at once"
-    assert run_log.count(said) == 1 and run_log.index(said) < run_log.index("1 samples, 0 already final"), run_log
+    said = "WARNING MainProcess parallel_rollout: num_vms=6 in run(): at most 1 rollout runs at once"
+    assert run_log.count(said) == 1 and run_log.index(said) < run_log.index("1 sample, 0 already final"), run_log

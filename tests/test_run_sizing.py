@@ -21,11 +21,11 @@ def cli(tmp_path, *args: str):
     (["--num-rollouts", "2", "--num-vms", "8", "--use-vm-pool"], 2,
      "--num-vms 8: at most 2 rollouts run at once (3 samples, 2 env loops), so 2 VMs are booted"),
     (["--num-rollouts", "5", "--limit", "1"], 1,
-     "--num-rollouts 5 without --use-vm-pool boots a VM per worker: 1 samples need 1 workers, so 1 start"),
+     "--num-rollouts 5 without --use-vm-pool boots a VM per worker: 1 sample needs 1 worker, so 1 starts"),
     # with a pool no more workers either: 50 started for 3 samples (300 for one took 8 s); a
     # limit they all met is not said to be cut 'to 3 (--num-rollouts 3 …): raise them for more'
     (["--num-rollouts", "50", "--num-vms", "2", "--use-vm-pool", "--max-concurrent-rollouts", "50"], 2,
-     "--num-rollouts 50: 3 samples keep at most 3 workers of 1 env loops busy, so 3 start"),
+     "--num-rollouts 50: 3 samples keep at most 3 workers of 1 env loop busy, so 3 start"),
 ])
 def test_no_more_vms_are_booted_than_the_run_can_use(tmp_path, flags, booted, said):
     data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a"), shell_task("b"), shell_task("c")])
@@ -48,13 +48,13 @@ def test_a_resume_boots_no_more_vms_than_the_samples_it_has_left(tmp_path):
     flags = ["--mode", "shell", "--data", str(data), "--run-id", "left", "--num-rollouts", "4", "--num-vms", "8",
              "--use-vm-pool"]
     assert cli(tmp_path, *flags, "--limit", "3").exit_code == 0
-    one_vm = ["--num-vms 8: at most 1 rollouts run at once (1 samples, 4 env loops), so 1 VMs are booted"]
+    one_vm = ["--num-vms 8: at most 1 rollout runs at once (1 sample, 4 env loops), so 1 VM is booted"]
     dry = cli(tmp_path, *flags, "--resume", "--limit", "4", "--dry-run")
     assert dry.exit_code == 0, (dry.output, dry.exception)
-    assert [line for line in dry.output.splitlines() if "VMs are booted" in line] == one_vm, dry.output
+    assert [line for line in dry.output.splitlines() if "booted" in line] == one_vm, dry.output
     done = cli(tmp_path, *flags, "--resume", "--limit", "4")
     assert done.exit_code == 0, (done.output, done.exception)
-    said = [line for line in done.output.splitlines() if "VMs are booted" in line]
+    said = [line for line in done.output.splitlines() if "booted" in line]
     assert said == one_vm, said
     summary = json.loads((tmp_path / "out" / "left" / "summary.json").read_text())
     assert summary["finished"] == 4 and summary["vm"]["size"] == 1, summary["vm"]
@@ -65,14 +65,14 @@ def test_a_resume_boots_no_more_vms_than_the_samples_it_has_left(tmp_path):
 @pytest.mark.parametrize("given", [[], ["--num-rollouts", "5"]], ids=["default", "given"])
 def test_a_small_resume_warns_of_no_worker_count_it_was_never_given(tmp_path, given):
     """A nightly resume with 1 sample left, of a run never given --num-rollouts, warned each
-    night '--num-rollouts 5 without --use-vm-pool boots a VM per worker: 1 samples need 1
-    workers, so 1 start': a flag never typed, and nothing to act on (the samples left decide
+    night '--num-rollouts 5 without --use-vm-pool boots a VM per worker: 1 sample needs 1
+    worker, so 1 starts': a flag never typed, and nothing to act on (the samples left decide
     the pool). A count the run was given is still said as the one the resume boots (as
     test_a_resume_boots_no_more_vms_than_the_samples_it_has_left asks of --num-vms)."""
     data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(k) for k in "abcd"])
     flags = ["--mode", "shell", "--data", str(data), "--run-id", "few", *given]
     assert cli(tmp_path, *flags, "--limit", "3").exit_code == 0
-    said = "--num-rollouts 5 without --use-vm-pool boots a VM per worker: 1 samples need 1 workers, so 1 start"
+    said = "--num-rollouts 5 without --use-vm-pool boots a VM per worker: 1 sample needs 1 worker, so 1 starts"
     for args in (["--dry-run"], []):
         done = cli(tmp_path, "--run-id", "few", "--resume", "--limit", "4", *args)
         assert done.exit_code == 0, (done.output, done.exception)
@@ -112,7 +112,7 @@ def test_with_v_the_pool_a_run_starts_is_said_once(tmp_path, given):
     """-v said the cut of the worker count twice (the pool sized as the run was prepared, and
     again as its folder opened), a default's as a typed one's; a dry run's and a resume's too."""
     data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(k) for k in "ab"])
-    cut = "boots a VM per worker: 1 samples need 1 workers, so 1 start"
+    cut = "boots a VM per worker: 1 sample needs 1 worker, so 1 starts"
     flags = ["-v", "--mode", "shell", "--data", str(data), "--run-id", "once", *given]
     for args in (["--limit", "1", "--dry-run"], ["--limit", "1"],
                  ["--resume", "--limit", "2", "--dry-run"], ["--resume", "--limit", "2"]):

@@ -16,6 +16,18 @@ from .setting_names import as_given, setting_name
 _VM_TUNABLES = frozenset({"spare_vms", "verify_reset", "boot_timeout_s", "max_vm_replacements", "headless"})
 
 
+def counted(n: int, noun: str, verb: str = "") -> str:
+    """``n`` with ``noun`` and ``verb`` agreeing: '1 sample needs', '2 samples need', '1 VM is',
+    '3 VMs are'; no noun: the count and its verb ('1 starts')."""
+    if noun:
+        noun = f" {noun}" if n == 1 else f" {noun}s"
+    if verb == "be":
+        verb = "is" if n == 1 else "are"
+    elif verb and n == 1:
+        verb += "s"
+    return f"{n}{noun}" + (f" {verb}" if verb else "")
+
+
 def ignored_vm_settings(cfg: Any, provider_cls: Any) -> list[tuple[str, str, str]]:
     """(the setting as said, why the run ignores it, its name) of each VM setting given to a
     run that has no use for it: any in a mode that runs in no VM (``provider_cls`` None),
@@ -48,8 +60,9 @@ def sized_for_samples(cfg: Any, samples: int, provider_cls: Any, say: Callable[.
         cfg = _vms_for_samples(cfg, samples, provider_cls, tell)
     busy = -(-samples // cfg.envs_per_worker)
     if cfg.num_rollouts > busy and (provider_cls is None or cfg.use_vm_pool):
-        tell("num_rollouts")("%s: %d samples keep at most %d workers of %d env loops busy, so %d start%s",
-                             as_given(cfg, "num_rollouts", with_value=True), samples, busy, cfg.envs_per_worker, busy,
+        tell("num_rollouts")("%s: %s at most %s of %s busy, so %s%s",
+                             as_given(cfg, "num_rollouts", with_value=True), counted(samples, "sample", "keep"),
+                             counted(busy, "worker"), counted(cfg.envs_per_worker, "env loop"), counted(busy, "", "start"),
                              " on each node" if cfg.backend == "ray" else "")
         cfg = dataclasses.replace(cfg, num_rollouts=busy)
     return _limit_of_fewer_workers(asked, cfg, tell)
@@ -84,15 +97,17 @@ def _vms_for_samples(cfg: Any, samples: int, provider_cls: Any,
         limit = cfg.max_concurrent_rollouts
         usable, why = min(limit or samples, samples), f", --max-concurrent-rollouts {limit}" if limit else ""
     else:
-        usable, why = min(cfg.concurrency, samples), f", {cfg.concurrency} env loops"
+        usable, why = min(cfg.concurrency, samples), f", {counted(cfg.concurrency, 'env loop')}"
     a_node, each_node = (" on a node", " on each node") if per_node else ("", "")
     if cfg.use_vm_pool and cfg.num_vms > usable:
-        tell("num_vms")("%s: at most %d rollouts run at once%s (%d samples%s), so %d VMs are booted%s",
-                        as_given(cfg, "num_vms", with_value=True), usable, a_node, samples, why, usable, each_node)
+        tell("num_vms")("%s: at most %s at once%s (%s%s), so %s booted%s",
+                        as_given(cfg, "num_vms", with_value=True), counted(usable, "rollout", "run"), a_node,
+                        counted(samples, "sample"), why, counted(usable, "VM", "be"), each_node)
         return dataclasses.replace(cfg, num_vms=usable)
     if not cfg.use_vm_pool and cfg.num_rollouts > samples:
-        tell("num_rollouts")("%s without --use-vm-pool boots a VM per worker: %d samples need %d "
-                             "workers, so %d start%s", as_given(cfg, "num_rollouts", with_value=True), samples, samples, samples,
+        tell("num_rollouts")("%s without --use-vm-pool boots a VM per worker: %s %s, so %s%s",
+                             as_given(cfg, "num_rollouts", with_value=True), counted(samples, "sample", "need"),
+                             counted(samples, "worker"), counted(samples, "", "start"),
                              " on each node" if cfg.backend == "ray" else "")
         return dataclasses.replace(cfg, num_rollouts=samples)
     return cfg

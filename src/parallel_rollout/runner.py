@@ -46,7 +46,7 @@ from .output_checks import check_free_disk, check_writable_folder
 from .plugins import plugin_call
 from .pool.providers import run_provider
 from .pool.providers.common import check_name
-from .pool_sizing import ignored_vm_settings, sized_for_samples
+from .pool_sizing import counted, ignored_vm_settings, sized_for_samples
 from .records import unsupported_record
 from .results import ResultStore, ServerNotes, StorageError
 from .run_end import RunOutcome, finish_run, resume_command, signal_after_the_end
@@ -295,8 +295,8 @@ class Runner:
         self._started_at = time.time()
         try:
             pending = self._queue_samples(samples, index)
-            log.info("run %s: %d samples, %d already final, %d to run; output in %s",
-                     self.run_id, total, len(self._finished_keys), len(pending), self.run_dir)
+            log.info("run %s: %s, %d already final, %d to run; output in %s",
+                     self.run_id, counted(total, "sample"), len(self._finished_keys), len(pending), self.run_dir)
             for sample, features in self._skipped:
                 if sample.key not in index.final:
                     record = {**unsupported_record(sample, features), "final": True, "run_id": self.run_id}
