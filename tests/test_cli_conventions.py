@@ -199,6 +199,7 @@ def test_osworlds_som_observation_is_refused_saying_what_it_is_and_what_to_give(
     ("--specific-task-id", "Did you mean '--specific_task_id'?"),  # it said nothing
     ("--num-envs", "Did you mean '--num_envs'?"),  # it said --max-tokens, --num-vms, --num-workers
     ("--task_id", "Did you mean '--specific_task_id'?"),  # it said --task-timeout
+    ("--example-id", "Did you mean '--example_id'?"),  # it said --sampling
 ])
 def test_a_misspelt_osworld_flag_is_told_its_spelling(typed, meant):
     """A script in OSWorld's spellings with one misspelt was pointed at another flag of this

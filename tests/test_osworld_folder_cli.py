@@ -464,6 +464,18 @@ def test_specific_task_id_says_a_way_that_runs_that_task(tmp_path):
             "the task's file)") in said(unknown), said(unknown)
 
 
+def test_example_id_of_osworld_runners_gets_the_same_advice(tmp_path):
+    """--example_id (the one task of OSWorld's multi-env runners in forks) was told 'Did you
+    mean --sampling?': it gets --specific_task_id's advice, naming itself and the task's domain."""
+    task_id = index_of("test_small.json")["os"][0]
+    for line in (("--example_id", task_id), (f"--example_id={task_id}",)):
+        refused = run_cli("--test_config_base_dir", str(EXAMPLES), *line, "--dry-run")
+        assert refused.returncode == EXIT_USAGE, said(refused)
+        assert (f'--example_id (OSWorld\'s runners) has no equivalent here: to run one task, write {{"os": ["{task_id}"]}} '
+                "to a file one.json") in said(refused), said(refused)
+        assert not (tmp_path / "out").exists()
+
+
 def test_a_task_file_whose_id_is_not_the_index_one_is_named_with_both(tmp_path):
     """OSWorld keys an example and its result folder on the index's id: a file that says
     another was run under its own id, and exported to <model>/all/<that id>/."""

@@ -55,9 +55,12 @@ OSWORLD_REFUSED = {
                 "with --vm-address for guests you started yourself",
     "--log_level": "use -v (DEBUG) or -q (warnings only) for the console; run.log keeps INFO",
     "--api_key": "the openai agent reads its key from OPENAI_API_KEY",
-    # its message is _one_task_advice's, which names the task and its domain
+    # run one task of the set (run.py's; --example_id: forks' multi-env runners'); their message
+    # is _one_task_advice's, which names the task and its domain
     "--specific_task_id": "",
+    "--example_id": "",
 }
+ONE_TASK_FLAGS = ("--specific_task_id", "--example_id")
 
 
 #: the flags of this CLI that messages say as the user typed them (``said_as_typed``) -> where: as
@@ -92,6 +95,7 @@ def translate_osworld_flags(args: list[str], aliases: dict[str, str] | None = No
     index_path: str | None = None
     data: str | None = None
     one_task: str | None = None
+    one_task_flag = ""
     has_data = False
     data_flag = "--data"  # as typed, for the --specific_task_id advice
     rest = iter(args)
@@ -101,8 +105,8 @@ def translate_osworld_flags(args: list[str], aliases: dict[str, str] | None = No
             out.extend(rest)
             break
         flag, eq, value = arg.partition("=")
-        if flag == "--specific_task_id":  # refused once the line is read: the advice names its --data
-            one_task = value if eq else next(rest, "")
+        if flag in ONE_TASK_FLAGS:  # refused once the line is read: the advice names its --data
+            one_task, one_task_flag = (value if eq else next(rest, "")), flag
             continue
         if flag in OSWORLD_REFUSED:
             raise click.UsageError(f"{flag} (OSWorld's run.py) has no equivalent here: {OSWORLD_REFUSED[flag]}")
@@ -146,7 +150,8 @@ def translate_osworld_flags(args: list[str], aliases: dict[str, str] | None = No
                                    "on the screenshot) is not supported here: give screenshot, a11y_tree or "
                                    "screenshot_a11y_tree")
     if one_task is not None:
-        raise click.UsageError(f"--specific_task_id (OSWorld's run.py) has no equivalent here: "
+        raise click.UsageError(f"{one_task_flag} (OSWorld's {'run.py' if one_task_flag == '--specific_task_id' else 'runners'}) "
+                               "has no equivalent here: "
                                f"{_one_task_advice(one_task, data, data_flag)}")
     return out, {flag: spelled for flag, spelled in typed.items() if spelled != flag}
 
