@@ -154,8 +154,10 @@ def test_a_policy_that_always_wins_stops_after_max_filtered_groups(tmp_path, sch
     try:
         train = schedulers(_config(tmp_path, server), _tiny_lakes(tmp_path), group_filter=drop_equal_rewards,
                            max_filtered_groups=3)
-        with pytest.raises(RolloutError, match=r"filter dropped 4 groups .*max_filtered_groups=3"):
+        with pytest.raises(RolloutError, match=r"filter dropped \d+ groups .*max_filtered_groups=3") as stopped:
             train.get_batch(batch_size=4, step=0)
+        # past the limit, at once: 4, or 5 when two groups ended together (a CI run's)
+        assert int(str(stopped.value).split("dropped ")[1].split()[0]) in (4, 5), stopped.value
         partial = train.sibling(_tiny_lakes(tmp_path), group_filter=drop_equal_rewards, max_filtered_groups=2,
                                 filter_fallback="partial")
         # nothing passed: an empty batch (which the README's tensors() fails on) was returned
