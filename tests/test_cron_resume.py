@@ -70,33 +70,40 @@ def test_a_dry_run_refuses_a_record_without_a_whole_attempt_as_the_resume_does(t
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare")
-def test_a_summary_json_the_disk_refuses_exits_1_and_the_resume_writes_it(tmp_path):
+@pytest.mark.parametrize("refused", [["summary.json"], ["summary.json", "report.html"]], ids=["summary", "both"])
+def test_a_summary_json_the_disk_refuses_exits_1_and_the_resume_writes_it(tmp_path, refused):
     """Every sample final, but summary.json not written at the run's end (its write finds the
     disk full) while report.html is: exit 1, naming summary.json and the --resume that writes
     it, as for report.html. /dev/full is bound over summary.json.tmp, where the summary is
     written before its rename, in a mount namespace of the run's own: only that write fails.
     Meanwhile runs list counts the run from results.jsonl (the summary left is the session's
-    before), and the resume writes the summary."""
+    before), and the resume writes the summary. Both refused: both named, the resume 'writes
+    them' (it said 'writes it')."""
     data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(k) for k in "abc"])
     out, run_dir = tmp_path / "out", tmp_path / "out" / "r"
     argv = [sys.executable, "-m", "parallel_rollout", "run", "--mode", "shell", "--data", str(data),
             "--output-dir", str(out), "--run-id", "r", "--no-progress"]
     first = subprocess.run([*argv, "--limit", "1"], capture_output=True, text=True, timeout=120)
     assert first.returncode == 0, first.stderr
-    (run_dir / "summary.json.tmp").touch()  # the mount point
-    full_disk = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                 'mount --bind /dev/full "$0" || exit 99; exec "$@"', str(run_dir / "summary.json.tmp")]
+    binds = []
+    for name in refused:
+        (run_dir / f"{name}.tmp").touch()  # the mount point
+        binds.append(f'mount --bind /dev/full "{run_dir / name}.tmp" || exit 99')
+    full_disk = ["unshare", "--mount", "--propagation", "private", "sh", "-c", "; ".join(binds) + '; exec "$@"', "sh"]
     done = subprocess.run([*full_disk, *argv, "--resume", "--limit", "3"], capture_output=True, text=True,
                           timeout=120)
     if done.returncode == 99:
         pytest.skip(f"cannot bind /dev/full in a mount namespace here: {done.stderr.strip()}")
     said = " ".join(done.stderr.split())
     assert done.returncode == 1, said
-    assert f"cannot write {run_dir / 'summary.json'}: No space left on device" in said, said
+    for name in refused:
+        assert f"cannot write {run_dir / name}: No space left on device" in said, said
     assert "every sample is final: once there is room, " in said, said
-    assert said.endswith(f"--output-dir {out} --run-id r --resume writes it"), said
-    assert "report.html" not in said  # written, from the session's summary
-    assert (run_dir / "report.html").stat().st_mtime > (run_dir / "summary.json").stat().st_mtime
+    them = "them" if len(refused) > 1 else "it"
+    assert said.endswith(f"--output-dir {out} --run-id r --resume writes {them}"), said
+    if refused == ["summary.json"]:
+        assert "report.html" not in said  # written, from the session's summary
+        assert (run_dir / "report.html").stat().st_mtime > (run_dir / "summary.json").stat().st_mtime
     assert json.loads((run_dir / "summary.json").read_text())["finished"] == 1  # the session's before
 
     listed = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(out), "--json"])
@@ -108,7 +115,8 @@ def test_a_summary_json_the_disk_refuses_exits_1_and_the_resume_writes_it(tmp_pa
     assert "3 already final, 0 to run" in again.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["finished"], summary["successes"]) == (3, 3)
-    assert not (run_dir / "summary.json.tmp").exists()
+    assert not any((run_dir / f"{name}.tmp").exists() for name in refused)
+    assert (run_dir / "report.html").stat().st_size > 0  # the resume wrote what the disk refused
 
 
 def test_a_run_whose_results_cannot_be_read_is_listed_so_and_stops_no_other_run(tmp_path, finished_run):

@@ -109,7 +109,8 @@ def finish_run(config: RunConfig, run_dir: Path, run_id: str, *, total: int,
     code, message = after_run(config, run_dir, code, message, summary, unwritten=unwritten)
     if unwritten and code == EXIT_OK:  # a cron job must learn that its run's files are missing
         code = EXIT_ABORTED
-        message = f"{'; '.join(unwritten)}; every sample is final: once there is room, {resume_cmd} writes it"
+        them = "it" if len(unwritten) == 1 else "them"
+        message = f"{'; '.join(unwritten)}; every sample is final: once there is room, {resume_cmd} writes {them}"
         log.error(message, extra=NOT_ON_CONSOLE)
     return RunOutcome(code, run_dir, summary, message, late_signal=late)
 
