@@ -54,13 +54,18 @@ def test_cli_a_server_restarted_with_another_model_mid_run_gets_no_more_trajecto
 def test_cli_a_fleet_whose_every_server_restarted_with_another_model_stops_with_the_error(tmp_path, restarting):
     """Both servers restart serving another model: the run stops (exit 2, as a refused model
     does) naming it, instead of recording trajectories the other model answered; the records
-    done before are kept for a resume."""
-    first, second = restarting(RESTART_FAILURES["hang-up"]), restarting(RESTART_FAILURES["hang-up"])
+    done before are kept for a resume. Each came back with a model of its own: both are named
+    (the error named the last server's only)."""
+    first = restarting(RESTART_FAILURES["hang-up"], models=("other-model",))
+    second = restarting(RESTART_FAILURES["hang-up"], models=("third-model",))
     proc = _run(tmp_path, "all-restart", first.url, second.url)
     assert proc.returncode == 2, proc.stderr
     assert first.restarted.is_set() and second.restarted.is_set(), proc.stderr
     assert first.sampled() == [] and second.sampled() == [], proc.stderr
-    assert "every server of the fleet refuses" in proc.stderr and "it lists other-model" in proc.stderr, proc.stderr
+    said = " ".join(proc.stderr.split())
+    assert "every server of the fleet refuses" in said, said
+    for server, model in ((first, "other-model"), (second, "third-model")):
+        assert f"{server.url} does not list the model 'test-model' (--model): it lists {model}" in said, said
     kept = [r for r in read_results(tmp_path / "all-restart") if r["final"]]
     assert len(kept) == 2 and {r["usage"]["server"] for r in kept} == {first.url, second.url}, kept
 

@@ -223,9 +223,12 @@ class ModelRequests:
                 if not isinstance(exc, openai_request.ModelNotListed):
                     return True  # a refused key, a path without /v1: the request says so, as without the check
                 raise EndpointRefused(unlisted(exc.answer)) from None  # nowhere to go on: the run stops
-            if not self._route.pool.serving(url):
-                raise EndpointRefused(f"every server of the fleet refuses ({', '.join(self._route.pool.urls)}); "
-                                      f"the last: {exc.answer}; {exc.fix}") from None
+            pool = self._route.pool
+            if not pool.serving(url):  # each server's words: they may list different models
+                each = [pool.said.get(u) or f"{u} refuses the run's settings, or was left out by its start check"
+                        for u in pool.urls]
+                raise EndpointRefused(f"every server of the fleet refuses ({', '.join(pool.urls)}): "
+                                      f"{'; '.join(each)}; {exc.fix}") from None
             return False
         except ConfigError:
             return True  # the key missing: the request says so (EndpointRefused), as without the check
