@@ -279,6 +279,7 @@ def test_the_local_model_command_runs_against_an_openai_compatible_server(tmp_pa
     problems = sorted(read_problems().values(), key=lambda p: -len(p["prompt"]))  # longest first
     server = LLMServer(policy=lookup_solver(
         {p["prompt"]: f"```python\n{p['prompt']}{p['canonical_solution']}```" for p in problems})).start()
+    server.models.append(line.split("--model ", 1)[1].split()[0])  # served: the run asks its GET /models first
     env = {k: v for k, v in ENV.items() if k != "OPENAI_API_KEY"}  # "not needed for a local server"
     try:
         proc = bash(f"{line.replace(printed, f'--base-url {server.url}')} --output-dir {tmp_path}", ROOT,
