@@ -108,7 +108,7 @@ from .qemu_process import children, free_port, is_our_qemu, kill_qemu
 # Shared with the process provider: same labelling, same pid checks, same launcher thread.
 from .common import (LONG_VM_ID, check_name, check_vm_folder_free, checked_socket, child_runs, create_time, exit_status,
                      make_vm_dir, new_pool_key, owner_label, pool_folder, process_and_agent_healthy, read_meta,
-                     remove_run_dir_if_empty, same_process, secure_base_dir, signal_name,
+                     remove_run_dir_if_empty, same_process, secure_base_dir, signal_name, start_ticks,
                      sweep_vm_folders, write_meta)
 from .halted import halted_tree
 from .images import build_command
@@ -293,8 +293,11 @@ class QemuProvider(Provider):
         return process_and_agent_healthy(info, timeout_s=5.0)
 
     def still_runs(self, info: VMInfo) -> bool:
-        """QEMU, our child, has not exited (one waitpid: a guest killed with kill -9)."""
-        return child_runs(children, info.private.get("pid"))
+        """QEMU, our child, has not exited (one waitpid: a guest killed with kill -9), nor is it
+        exiting (its /proc stat): a killed QEMU's main thread is a zombie that waitpid cannot
+        reap until its other threads (vCPUs, I/O) have ended, a while under TCG."""
+        pid = info.private.get("pid")
+        return child_runs(children, pid) and start_ticks(pid) is not None
 
     def death_cause(self, info: VMInfo) -> str | None:
         """QEMU killed by a signal, or stopped or traced while it runs (no guest can do either
