@@ -433,7 +433,9 @@ def test_a_remote_guest_keeps_no_page_server_or_browser_after_the_run_nor_after_
             for process in started:
                 with contextlib.suppress(psutil.NoSuchProcess):  # Chromium's short-lived helpers
                     commands.append(process.cmdline())
-            assert any("http.server" in c for c in commands) and any("--headless" in c for c in commands), commands
+            # the page server is a `python -c` script that imports http.server; Chromium runs --headless
+            assert any("http.server" in " ".join(c) for c in commands) and any("--headless" in c for c in commands), \
+                commands
             server.terminate()
             assert server.wait(timeout=30) == -signal.SIGTERM
             gone, alive = psutil.wait_procs(started, timeout=10)
