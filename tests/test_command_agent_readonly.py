@@ -153,6 +153,28 @@ def test_a_command_agent_cannot_reach_the_runners_multiprocessing_sockets(tmp_pa
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def test_a_transient_socket_folder_is_hidden_in_one_step(tmp_path):
+    """A ``pymp-*`` folder is another process's (a run, a test), removed as that process
+    ends: removed between bwrap's tmpfs over it and its remount read-only, it took the tmpfs
+    with it and bwrap failed the agent's start ("Can't remount readonly on
+    /newroot/tmp/pymp-…: Unable to find … in mount table"; two CI-style runs, an agent's
+    record `error`). It gets a tmpfs alone (its sockets out of reach all the same, as the
+    test above checks); a folder of the run's own keeps its read-only tmpfs."""
+    from parallel_rollout.agents.agent_sandbox import in_own_pid_namespace
+
+    transient = Path(tempfile.mkdtemp(prefix="pymp-prtest-", dir=tempfile.gettempdir()))
+    kept = tmp_path / "run-folder"
+    kept.mkdir()
+    try:
+        argv = in_own_pid_namespace(["true"], hidden=(str(transient), str(kept)))
+    finally:
+        shutil.rmtree(transient, ignore_errors=True)
+    at = argv.index(os.path.realpath(transient))
+    assert argv[at - 1] == "--tmpfs" and "--remount-ro" not in argv[at + 1:at + 2], argv
+    real = os.path.realpath(kept)
+    assert argv[argv.index(real) - 1:argv.index(real) + 3] == ["--tmpfs", real, "--remount-ro", real], argv
+
+
 @needs_bwrap
 def test_a_command_agent_cannot_rename_a_hidden_folder_away(tmp_path, monkeypatch):
     """The VM folders are hidden from it, an empty read-only folder each; but an agent that

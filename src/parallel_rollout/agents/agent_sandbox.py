@@ -17,7 +17,8 @@ The view, mount by mount in bubblewrap's order (a later mount covers an earlier 
     the runner's code        read-only again where it lies inside a writable folder: the
                              parallel_rollout package, its project (an editable install),
                              sys.prefix, sys.base_prefix, sys.exec_prefix, site-packages
-    hidden                   the caller's: a folder an empty read-only tmpfs, a file /dev/null
+    hidden                   the caller's: a folder an empty read-only tmpfs (a transient
+                             socket folder, pymp-*, an empty tmpfs), a file /dev/null
 
 Why the pins: a read-only bind protects what lies below its mount point, not the name that
 leads there. An agent that renamed the folder above it (``~/.pyenv``, which holds the
@@ -44,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..pool.providers import orphans
-from ..pool.providers.host_dirs import existing, outermost
+from ..pool.providers.host_dirs import existing, outermost, transient_socket_folder
 
 #: scratch space an agent's program may write, besides $HOME and its current folder
 SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
@@ -127,7 +128,14 @@ def in_own_pid_namespace(argv: list[str], hidden: tuple[str, ...] = (), view: Ho
     for path in dict.fromkeys(os.path.realpath(path) for path in hidden):
         if any(within(path, top) for top in covered):
             continue  # inside a folder already hidden
-        if os.path.isdir(path):
+        if os.path.isdir(path) and transient_socket_folder(path):
+            # a tmpfs of its own over the sockets, not made read-only: another process's
+            # folder removed between the two steps took the tmpfs with it, and bwrap failed
+            # the agent's start ("Can't remount readonly … Unable to find … in mount table");
+            # what it writes there stays in its own tmpfs, and the sockets stay out of reach
+            hiding += ["--tmpfs", path]
+            covered.append(path)
+        elif os.path.isdir(path):
             hiding += ["--tmpfs", path, "--remount-ro", path]
             covered.append(path)
         elif os.path.exists(path):  # a file, a socket

@@ -152,6 +152,19 @@ def control_sockets() -> list[str]:
     return existing(named)
 
 
+def transient_socket_folder(path: str) -> bool:
+    """Whether ``path`` is one of ``RUNNER_SOCKET_FOLDERS``' globbed folders (``pymp-*``, the
+    policy gates'): made and removed by processes that come and go, another run's included,
+    so one may vanish as a sandbox that hides it starts."""
+    import fnmatch
+
+    for pattern in RUNNER_SOCKET_FOLDERS:
+        pattern = os.path.expandvars(pattern.format(tmp=tempfile.gettempdir()))
+        if "*" in pattern and fnmatch.fnmatchcase(path, pattern):
+            return True
+    return False
+
+
 def outermost(paths: list[str]) -> list[str]:
     """``paths`` (absolute, normalized) but those inside another of them."""
     return [path for path in paths
