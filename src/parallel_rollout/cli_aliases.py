@@ -55,12 +55,10 @@ OSWORLD_REFUSED = {
                 "with --vm-address for guests you started yourself",
     "--log_level": "use -v (DEBUG) or -q (warnings only) for the console; run.log keeps INFO",
     "--api_key": "the openai agent reads its key from OPENAI_API_KEY",
-    # run one task of the set (run.py's; --example_id: forks' multi-env runners'); their message
-    # is _one_task_advice's, which names the task and its domain
-    "--specific_task_id": "",
-    "--example_id": "",
 }
-ONE_TASK_FLAGS = ("--specific_task_id", "--example_id")
+#: OSWorld's flags that run one task of the set -> whose (--example_id: forks' multi-env
+#: runners'): refused with _one_task_advice, which names the task and its domain
+ONE_TASK_FLAGS = {"--specific_task_id": "run.py", "--example_id": "runners"}
 
 
 #: the flags of this CLI that messages say as the user typed them (``said_as_typed``) -> where: as
@@ -150,8 +148,7 @@ def translate_osworld_flags(args: list[str], aliases: dict[str, str] | None = No
                                    "on the screenshot) is not supported here: give screenshot, a11y_tree or "
                                    "screenshot_a11y_tree")
     if one_task is not None:
-        raise click.UsageError(f"{one_task_flag} (OSWorld's {'run.py' if one_task_flag == '--specific_task_id' else 'runners'}) "
-                               "has no equivalent here: "
+        raise click.UsageError(f"{one_task_flag} (OSWorld's {ONE_TASK_FLAGS[one_task_flag]}) has no equivalent here: "
                                f"{_one_task_advice(one_task, data, data_flag)}")
     return out, {flag: spelled for flag, spelled in typed.items() if spelled != flag}
 

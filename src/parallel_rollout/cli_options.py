@@ -26,7 +26,7 @@ import click
 from click.core import ParameterSource
 from click.shell_completion import CompletionItem
 
-from .cli_aliases import OSWORLD_ALIASES, OSWORLD_REFUSED, translate_osworld_flags
+from .cli_aliases import ONE_TASK_FLAGS, OSWORLD_ALIASES, OSWORLD_REFUSED, translate_osworld_flags
 from .config import NAMED_DATASETS, RunConfig
 from .config_checks import check_not_stdout, gate_setting
 from .errors import ConfigError
@@ -367,7 +367,7 @@ class RunCommand(click.Command):
             raise
         except click.NoSuchOption as exc:
             gate = GATE_SYNONYMS.get(exc.option_name.lstrip("-").replace("-", "_"))
-            osworld_flags = [*OSWORLD_ALIASES, *OSWORLD_REFUSED]
+            osworld_flags = [*OSWORLD_ALIASES, *OSWORLD_REFUSED, *ONE_TASK_FLAGS]
             # OSWorld's flag with - for its _ (--test-all-meta-path): click found none, or another
             underscored = "--" + exc.option_name[2:].replace("-", "_")
             if gate is not None:  # another tool's name of a gate: click's nearest was another flag

@@ -128,15 +128,14 @@ def in_own_pid_namespace(argv: list[str], hidden: tuple[str, ...] = (), view: Ho
     for path in dict.fromkeys(os.path.realpath(path) for path in hidden):
         if any(within(path, top) for top in covered):
             continue  # inside a folder already hidden
-        if os.path.isdir(path) and transient_socket_folder(path):
-            # a tmpfs of its own over the sockets, not made read-only: another process's
-            # folder removed between the two steps took the tmpfs with it, and bwrap failed
-            # the agent's start ("Can't remount readonly … Unable to find … in mount table");
-            # what it writes there stays in its own tmpfs, and the sockets stay out of reach
+        if os.path.isdir(path):
             hiding += ["--tmpfs", path]
-            covered.append(path)
-        elif os.path.isdir(path):
-            hiding += ["--tmpfs", path, "--remount-ro", path]
+            # a transient socket folder's tmpfs stays writable: another process's folder
+            # removed between the two steps took the tmpfs with it, and bwrap failed the
+            # agent's start ("Can't remount readonly … Unable to find … in mount table");
+            # what it writes there stays in its own tmpfs, and the sockets stay out of reach
+            if not transient_socket_folder(path):
+                hiding += ["--remount-ro", path]
             covered.append(path)
         elif os.path.exists(path):  # a file, a socket
             hiding += ["--ro-bind", os.devnull, path]

@@ -19,6 +19,7 @@ it imports no provider.
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
 import tempfile
@@ -145,10 +146,8 @@ def control_sockets() -> list[str]:
     docker_host = os.environ.get("DOCKER_HOST", "")
     if docker_host.startswith("unix://"):
         named.append(docker_host[len("unix://"):])
-    for pattern in RUNNER_SOCKET_FOLDERS:
-        pattern = os.path.expandvars(pattern.format(tmp=tempfile.gettempdir()))
-        if "$" not in pattern:
-            named += glob.glob(pattern) if "*" in pattern else [pattern]
+    for pattern in _runner_socket_patterns():
+        named += glob.glob(pattern) if "*" in pattern else [pattern]
     return existing(named)
 
 
@@ -156,13 +155,14 @@ def transient_socket_folder(path: str) -> bool:
     """Whether ``path`` is one of ``RUNNER_SOCKET_FOLDERS``' globbed folders (``pymp-*``, the
     policy gates'): made and removed by processes that come and go, another run's included,
     so one may vanish as a sandbox that hides it starts."""
-    import fnmatch
+    return any("*" in pattern and fnmatch.fnmatchcase(path, pattern) for pattern in _runner_socket_patterns())
 
-    for pattern in RUNNER_SOCKET_FOLDERS:
-        pattern = os.path.expandvars(pattern.format(tmp=tempfile.gettempdir()))
-        if "*" in pattern and fnmatch.fnmatchcase(path, pattern):
-            return True
-    return False
+
+def _runner_socket_patterns() -> list[str]:
+    """``RUNNER_SOCKET_FOLDERS`` as this process's temp folder and environment name them
+    (one whose variable is not set names nothing)."""
+    patterns = [os.path.expandvars(pattern.format(tmp=tempfile.gettempdir())) for pattern in RUNNER_SOCKET_FOLDERS]
+    return [pattern for pattern in patterns if "$" not in pattern]
 
 
 def outermost(paths: list[str]) -> list[str]:
