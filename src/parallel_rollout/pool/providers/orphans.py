@@ -191,12 +191,18 @@ def reap(pid, wait_s: float = 0.0, recorded: bool = False) -> bool:
 
 class InitReport:
     """The ``--info-fd`` of a bwrap that makes a pid namespace: ``argv`` with it, the fd to
-    pass (``pass_fds``), and ``reap``, which reaps the init it names once bwrap has ended."""
+    pass (``pass_fds``), and ``reap``, which reaps the init it names once bwrap has ended.
 
-    def __init__(self, argv: list[str]) -> None:
+    ``trusted``: bwrap (and what it runs) gets the reading end too, so that its word on the
+    pipe never meets a pipe nobody reads: when this process is killed before bwrap said it
+    (a driver killed, and Ray killing its job's workers), bwrap died of SIGPIPE, and its
+    child, which waits for bwrap's word before it runs anything, waited forever under pid 1.
+    Not for a sandbox that runs an untrusted program, which could read the word first."""
+
+    def __init__(self, argv: list[str], trusted: bool = False) -> None:
         self._read, self._write = os.pipe()
         self.argv = [argv[0], "--info-fd", str(self._write), *argv[1:]]
-        self.pass_fds = (self._write,)
+        self.pass_fds = (self._write, self._read) if trusted else (self._write,)
 
     def started(self) -> None:
         """bwrap has started (or failed to): only it holds the writing end now."""
@@ -224,8 +230,9 @@ class InitReport:
 def bwrap_init(argv: list[str]) -> Iterator[InitReport]:
     """For a bwrap that makes a pid namespace and ends within the block (a probe, an image
     build's apt-get), started with the report's ``argv`` and ``pass_fds``: adopted for the
-    block, its init reaped after it (bwrap leaves it unreaped as it exits)."""
-    report = InitReport(argv)
+    block, its init reaped after it (bwrap leaves it unreaped as it exits). What it runs is trusted
+    (``InitReport``)."""
+    report = InitReport(argv, trusted=True)
     with adopting():
         try:
             yield report
