@@ -1,10 +1,10 @@
-"""A bubblewrap probe whose caller is killed before bwrap said which init it made: the process
-provider's ``check_available`` (run at every run's start, by the pool's actor on each Ray node)
-and the command agent's both run bwrap with ``--info-fd`` to reap its namespace's init after it
-(``orphans.run_bwrap``). With only the caller holding the pipe's reading end, a caller killed
-first (a driver killed, and Ray killing its job's workers) left bwrap to die of SIGPIPE at its
-first word on the pipe, and bwrap's child, which waits for bwrap's word before it runs
-anything, waited forever: a bare bwrap with no child, under pid 1."""
+"""A bubblewrap whose caller is killed before bwrap said which init it made: the process
+provider's probe (``check_available``, at every run's start, by the pool's actor on each Ray
+node) and a command agent's sandbox run bwrap with ``--info-fd`` to reap its namespace's init
+after it (``orphans.InitReport``). On a pipe, a caller killed first (a driver killed, and Ray
+killing its job's workers; a worker killed as its agent starts) left bwrap to die of SIGPIPE
+at its first word, and bwrap's child, which waits for bwrap's word before it runs anything,
+waited forever: a bare bwrap with no child, under pid 1."""
 
 from __future__ import annotations
 
@@ -29,10 +29,15 @@ sleep 1
 exec /usr/bin/bwrap "$@"
 """
 
-_CALLER = """
-from parallel_rollout.pool.providers.process import ProcessProvider
-ProcessProvider.check_available()
-"""
+#: what starts a bwrap that reports its init: the process provider's probe, a command agent
+_CALLERS = {
+    "probe": "from parallel_rollout.pool.providers.process import ProcessProvider\n"
+             "ProcessProvider.check_available()\n",
+    # an agent that ends at its stdin's end, as an agent whose worker died should
+    "command agent": "from parallel_rollout.agents.command_process import AgentProcess\n"
+                     "AgentProcess(['cat'], 'cat')\n"
+                     "import time; time.sleep(60)\n",
+}
 
 
 def _bwraps() -> list[str]:
@@ -47,13 +52,14 @@ def _bwraps() -> list[str]:
 
 
 @needs_bwrap
-def test_a_probe_whose_caller_is_killed_leaves_no_bwrap(tmp_path):
+@pytest.mark.parametrize("caller", sorted(_CALLERS))
+def test_a_bwrap_whose_caller_is_killed_before_it_said_its_init_leaves_nothing(tmp_path, caller):
     bin_dir, forked = tmp_path / "bin", tmp_path / "forked"
     bin_dir.mkdir()
     (bin_dir / "bwrap").write_text(_LATE_BWRAP)
     (bin_dir / "bwrap").chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PR_TEST_FORKED": str(forked)}
-    caller = subprocess.Popen([sys.executable, "-c", _CALLER], env=env, stderr=subprocess.PIPE)
+    caller = subprocess.Popen([sys.executable, "-c", _CALLERS[caller]], env=env, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     while not forked.exists():
         assert caller.poll() is None, f"the probe's caller ended first: {caller.stderr.read().decode()}"

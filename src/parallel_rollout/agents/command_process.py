@@ -102,7 +102,6 @@ class AgentProcess:
         except OSError as exc:
             init.reap()
             raise AgentError(f"cannot start --agent-cmd {command!r}: {exc.strerror or exc}") from None
-        init.started()
         self._lines: queue.Queue[str | None] = queue.Queue(maxsize=LINES_KEPT)
         #: set when the process is stopped: the stdout reader no longer waits for room
         self._stopped = threading.Event()

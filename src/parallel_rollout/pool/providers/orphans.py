@@ -193,46 +193,37 @@ class InitReport:
     """The ``--info-fd`` of a bwrap that makes a pid namespace: ``argv`` with it, the fd to
     pass (``pass_fds``), and ``reap``, which reaps the init it names once bwrap has ended.
 
-    ``trusted``: bwrap (and what it runs) gets the reading end too, so that its word on the
-    pipe never meets a pipe nobody reads: when this process is killed before bwrap said it
-    (a driver killed, and Ray killing its job's workers), bwrap died of SIGPIPE, and its
-    child, which waits for bwrap's word before it runs anything, waited forever under pid 1.
-    Not for a sandbox that runs an untrusted program, which could read the word first."""
+    The fd is a file in memory, not a pipe: bwrap's word on a pipe whose reader was gone
+    (this process killed before bwrap said it: a driver killed, and Ray killing its job's
+    workers; a worker killed as its agent starts) killed bwrap by SIGPIPE, and bwrap's child,
+    which waits for bwrap's word before it runs anything, waited forever under pid 1. bwrap's
+    child closes the fd: what the sandbox runs never sees it."""
 
-    def __init__(self, argv: list[str], trusted: bool = False) -> None:
-        self._read, self._write = os.pipe()
-        self.argv = [argv[0], "--info-fd", str(self._write), *argv[1:]]
-        self.pass_fds = (self._write, self._read) if trusted else (self._write,)
-
-    def started(self) -> None:
-        """bwrap has started (or failed to): only it holds the writing end now."""
-        if self._write is not None:
-            os.close(self._write)
-            self._write = None
+    def __init__(self, argv: list[str]) -> None:
+        self._fd: int | None = os.memfd_create("bwrap-info")
+        self.argv = [argv[0], "--info-fd", str(self._fd), *argv[1:]]
+        self.pass_fds = (self._fd,)
 
     def reap(self, wait_s: float = 5.0) -> bool:
         """Reap the init bwrap reported (``reap``: it exits within ``wait_s`` once bwrap is
         gone); whether it did. False when bwrap made no namespace, or after the first call."""
-        self.started()
-        if self._read is None:
+        if self._fd is None:
             return False
         try:
-            os.set_blocking(self._read, False)
-            return reap(int(json.loads(os.read(self._read, 65536))["child-pid"]), wait_s=wait_s)
+            return reap(int(json.loads(os.pread(self._fd, 65536, 0))["child-pid"]), wait_s=wait_s)
         except (OSError, ValueError, KeyError, TypeError):
             return False  # bwrap made no namespace: nothing to reap
         finally:
-            os.close(self._read)
-            self._read = None
+            os.close(self._fd)
+            self._fd = None
 
 
 @contextlib.contextmanager
 def bwrap_init(argv: list[str]) -> Iterator[InitReport]:
     """For a bwrap that makes a pid namespace and ends within the block (a probe, an image
     build's apt-get), started with the report's ``argv`` and ``pass_fds``: adopted for the
-    block, its init reaped after it (bwrap leaves it unreaped as it exits). What it runs is trusted
-    (``InitReport``)."""
-    report = InitReport(argv, trusted=True)
+    block, its init reaped after it (bwrap leaves it unreaped as it exits)."""
+    report = InitReport(argv)
     with adopting():
         try:
             yield report
