@@ -93,6 +93,8 @@ def test_resume_refuses_another_temperature_naming_it(math_run):
     ([], {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}, "from --base-url else OPENAI_BASE_URL"),
     # and none at all would send the rest to OpenAI's API
     ([], {"OPENAI_BASE_URL": "", "OPENAI_API_KEY": "sk-test"}, "'https://api.openai.com/v1' now"),
+    # told before what that endpoint lacks (a key), which a resume with the run's settings needs not
+    ([], {"OPENAI_BASE_URL": ""}, "'https://api.openai.com/v1' now"),
 ])
 def test_resume_refuses_another_model_setting_naming_it(math_run, args, environ, says):
     run_dir, _, cli = math_run
@@ -102,6 +104,25 @@ def test_resume_refuses_another_model_setting_naming_it(math_run, args, environ,
     said = " ".join(done.stderr.split())
     assert "cannot resume r: the run was made with other settings for" in said and says in said, said
     assert (run_dir / "results.jsonl").read_bytes() == before
+
+
+def test_resume_with_another_agent_is_told_that_before_what_the_agent_lacks(tmp_path):
+    """A run of the oracle resumed with --agent openai and no key: the refused resume is said,
+    not first the key that agent would need (set, the refusal came as a second step)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "run", "--mode", "py", "--data",
+                               "humaneval", "--limit", "2", "--output-dir", str(tmp_path), "--run-id", "r",
+                               "--no-progress", *args], capture_output=True, text=True, env=env, timeout=120)
+
+    assert cli("--agent", "oracle").returncode == 0
+    before = (tmp_path / "r" / "results.jsonl").read_bytes()
+    done = cli("--resume", "--agent", "openai")
+    assert done.returncode == EXIT_USAGE, done.stderr
+    said = " ".join(done.stderr.split())
+    assert "other settings for --agent ('oracle' then, 'openai' now)" in said and "OPENAI_API_KEY" not in said, said
+    assert (tmp_path / "r" / "results.jsonl").read_bytes() == before
 
 
 @pytest.mark.slow

@@ -185,18 +185,8 @@ def recorded_config(cfg: RunConfig, uses_model: bool) -> dict[str, Any]:
 def check_resume(run_id: str, stored: dict[str, Any], cfg: RunConfig, now: dict[str, Any]) -> None:
     """ConfigError unless ``cfg`` and the task data ``now`` (a provenance) match the run's
     stored ``config.json`` in everything that changes results."""
-    old_config = stored.get("config") or {}
+    check_settings(run_id, stored, cfg, now)
     old_made = stored.get("provenance") or {}
-    by_endpoint = "endpoints" in old_made and "endpoints" in now
-    changed = [f"{as_given(cfg, name)} ({_shown(old_config[name])} then, {_shown(getattr(cfg, name))} now)"
-               for name in RESULT_FIELDS if name in old_config and not (by_endpoint and name == "base_url")
-               and _servers(name, old_config[name]) != _servers(name, getattr(cfg, name))]
-    if by_endpoint and sorted(old_made["endpoints"]) != sorted(now["endpoints"]):  # a fleet in any order
-        changed.append(f"base_url (the model endpoint, from --base-url else OPENAI_BASE_URL: "
-                       f"{_shown(_one(old_made['endpoints']))} then, {_shown(_one(now['endpoints']))} now)")
-    if changed:
-        raise ConfigError(f"cannot resume {run_id}: the run was made with other settings for {', '.join(changed)}; "
-                          "resume with the same values (or start a new --run-id)")
     old_data = {d.get("path"): d for d in old_made.get("data", []) if isinstance(d, dict)}
     for entry in now.get("data", []):
         before = old_data.get(entry["path"])
@@ -214,6 +204,24 @@ def check_resume(run_id: str, stored: dict[str, Any], cfg: RunConfig, now: dict[
                 f"cannot resume {run_id}: the task folder {entry['path']} changed since the run started: "
                 f"{shown}; its finished samples would mix with tasks they were not run on: restore "
                 f"{'them' if len(changed) > 1 else 'it'} or start a new --run-id")
+
+
+def check_settings(run_id: str, stored: dict[str, Any], cfg: RunConfig, now: dict[str, Any]) -> None:
+    """ConfigError unless ``cfg`` matches the run's stored ``config.json`` in every setting
+    that changes results; the model endpoint by the endpoints both provenances (``now``:
+    this run's, its task data not needed) record."""
+    old_config = stored.get("config") or {}
+    old_made = stored.get("provenance") or {}
+    by_endpoint = "endpoints" in old_made and "endpoints" in now
+    changed = [f"{as_given(cfg, name)} ({_shown(old_config[name])} then, {_shown(getattr(cfg, name))} now)"
+               for name in RESULT_FIELDS if name in old_config and not (by_endpoint and name == "base_url")
+               and _servers(name, old_config[name]) != _servers(name, getattr(cfg, name))]
+    if by_endpoint and sorted(old_made["endpoints"]) != sorted(now["endpoints"]):  # a fleet in any order
+        changed.append(f"base_url (the model endpoint, from --base-url else OPENAI_BASE_URL: "
+                       f"{_shown(_one(old_made['endpoints']))} then, {_shown(_one(now['endpoints']))} now)")
+    if changed:
+        raise ConfigError(f"cannot resume {run_id}: the run was made with other settings for {', '.join(changed)}; "
+                          "resume with the same values (or start a new --run-id)")
 
 
 def _changed_files(before: dict[str, Any], now: dict[str, Any], stored: dict[str, Any]) -> list[str]:

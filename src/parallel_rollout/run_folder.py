@@ -24,7 +24,7 @@ from typing import Any, Callable
 from .config import RunConfig
 from .errors import ConfigError
 from .output_checks import check_run_folder_writable
-from .provenance import SCHEMA_VERSION, check_resume, provenance, recorded_config
+from .provenance import SCHEMA_VERSION, check_resume, check_settings, provenance, recorded_config
 from .report.files import write_text_whole
 from .report.run_data import RUN_FILES
 from .results import ResultStore, ResumeIndex, StorageError
@@ -138,6 +138,21 @@ class RunFolder:
         if has_results and stored is not None:
             check_resume(self.run_id, stored, self.config, self.provenance)
         return stored
+
+    def check_settings(self) -> None:
+        """A resume's settings against those its run recorded, before the run's own checks (a
+        resume with another --agent is told so, not first what that agent lacks: a key). Read
+        without the lock; ``open`` checks everything again under it."""
+        results_path = self.run_dir / "results.jsonl"
+        if not (self.config.resume and results_path.exists() and results_path.stat().st_size > 0):
+            return
+        try:
+            stored = json.loads((self.run_dir / "config.json").read_text())
+        except (OSError, ValueError):
+            return  # said by ``check_resume``, with what a resume does without it
+        if isinstance(stored, dict):
+            endpoints = self.endpoints()
+            check_settings(self.run_id, stored, self.config, {} if endpoints is None else {"endpoints": endpoints})
 
     def twins_note(self, keys: set[str]) -> str:
         """What a new run of the samples ``keys`` says of the runs of its output folder made

@@ -135,6 +135,7 @@ class Runner:
         if cfg.data is None:
             raise ConfigError(data_required(f" (there is no run {cfg.run_id} in {cfg.output_dir} whose "
                                             "settings --resume would read)" if cfg.resume else ""))
+        self._folder().check_settings()  # a resume with another --agent is told that first
         check_agent(cfg, self.agent_cls)  # the model settings if it calls the model, its own
         task_set = run_task_set(cfg, self.agent_cls.task_fields)
         if task_set.unsupported and not cfg.skip_unsupported:
