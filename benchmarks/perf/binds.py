@@ -4,6 +4,7 @@
     python benchmarks/perf/binds.py --blocks 2 --per-block 5
     python benchmarks/perf/binds.py --fronts              # the grading fronts' binds
     python benchmarks/perf/binds.py --parts               # what each group of mounts costs now
+    python benchmarks/perf/binds.py --etc                 # /etc's copy against /etc masked
 
 bubblewrap reads the sandbox's whole mount table again after each bind it makes (to
 remount what lies below it read-only), so every bind costs more than its own mount. A
@@ -23,6 +24,9 @@ folder (what it binds now), each's ratio to none.
 left out at a time: the binds over files of /etc (the host's secrets masked, the sandbox's
 passwd and group, python's sitecustomize.py front), the grading fronts' binds, and the
 network namespace (``--unshare-net``); each's ratio to the whole.
+
+``--etc``: the provider's sandbox with /etc's copy (``system_data.prepare_etc``: one bind, no
+mask) against the same with the host's /etc and an empty file over each of its secrets.
 """
 
 from __future__ import annotations
@@ -62,10 +66,12 @@ def main() -> int:
     parser.add_argument("--per-block", type=int, default=40, help="sandboxes in a block")
     parser.add_argument("--fronts", action="store_true", help="the grading fronts' binds instead")
     parser.add_argument("--parts", action="store_true", help="each group of the mounts, left out in turn")
+    parser.add_argument("--etc", action="store_true", help="/etc's copy against /etc with its secrets masked")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="binds-"))
+    run = _fronts if args.fronts else _parts if args.parts else _etc if args.etc else _compare
     try:
-        return (_fronts if args.fronts else _parts if args.parts else _compare)(base, args.blocks, args.per_block)
+        return run(base, args.blocks, args.per_block)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -155,6 +161,17 @@ def _parts(base: Path, blocks: int, per_block: int) -> int:
              "no fronts": [*before, *after, "--", "/bin/true"],
              "no net ns": [*(part for part in sandbox if part != "--unshare-net"), "--", "/bin/true"]}
     _ratios(_medians(argvs, blocks, per_block), "now")
+    return 0
+
+
+def _etc(base: Path, blocks: int, per_block: int) -> int:
+    made = _sandbox(base, "etc_dir", "/etc's copy")
+    if made is None:
+        return 2
+    spec, sandbox = made
+    masked = sandbox_argv.folder_argv(dataclasses.replace(spec, etc_dir=None), "vm0", base / "binds" / "vm0", None)[0]
+    argvs = {"/etc masked": [*masked, "--", "/bin/true"], "/etc's copy": [*sandbox, "--", "/bin/true"]}
+    _ratios(_medians(argvs, blocks, per_block), "/etc masked")
     return 0
 
 

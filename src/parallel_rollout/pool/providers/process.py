@@ -200,13 +200,14 @@ class ProcessProvider(Provider):
             fronts_dir = grading_fronts.prepare(python, secure_base_dir(self.base_dir))
             encodings_dir = self._encodings_dir(python) if fronts_dir is None else None
         data_dir = system_data.prepare(secure_base_dir(self.base_dir))
+        etc_dir = system_data.prepare_etc(secure_base_dir(self.base_dir))
         self._spec = SandboxSpec(
             bwrap=shutil.which("bwrap") or "bwrap", python=python, agent_dir=agent_dir,
             snapshot=self.snapshot, desktop=bool(self.options.desktop), screen=self.options.screen,
             memory_mb=self._memory_mb,
             limit_as=self._memory_mb * 2**20 if self._limit_as else None,
             limit_nproc=self._limit_nproc, hidden_files=self.options.hidden_files, fronts_dir=fronts_dir,
-            encodings_dir=encodings_dir, system_data_dir=data_dir)
+            encodings_dir=encodings_dir, system_data_dir=data_dir, etc_dir=etc_dir)
         #: per VM folder, what its every boot shares, made at its first: its cgroups, and
         #: bwrap's argv but the fds (by VM, folder and uid); forgotten with the folder
         self._groups: dict[str, cgroups.VMCgroup] = {}
@@ -459,6 +460,11 @@ class ProcessProvider(Provider):
         if self._spec.system_data_dir is not None and not self._spec.system_data_dir.is_dir():
             # gone (a sweep of the base folder): made again, or the folders bound one by one
             self._spec = dataclasses.replace(self._spec, system_data_dir=system_data.prepare(
+                secure_base_dir(self.base_dir)))
+            self._argvs.clear()
+        if self._spec.etc_dir is not None and not self._spec.etc_dir.is_dir():
+            # likewise: made again, or /etc bound with its secrets masked
+            self._spec = dataclasses.replace(self._spec, etc_dir=system_data.prepare_etc(
                 secure_base_dir(self.base_dir)))
             self._argvs.clear()
         socket_path = vm_dir / "sock" / SOCKET_NAME

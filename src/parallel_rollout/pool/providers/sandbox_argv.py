@@ -82,6 +82,9 @@ class SandboxSpec:
     #: the system data of /var, copied once (``system_data.prepare``), bound at /var; None: its
     #: folders bound one by one
     system_data_dir: Path | None = None
+    #: /etc as another user reads it, copied once (``system_data.prepare_etc``), bound at /etc;
+    #: None: the host's, with its secrets masked
+    etc_dir: Path | None = None
 
     def tmpfs_mb(self, size_mb: int) -> int:
         """A tmpfs's size: its pages are charged to the VM's memory cgroup and never freed
@@ -165,8 +168,8 @@ def folder_argv(spec: SandboxSpec, vm_id: str, vm_dir: Path,
         spec.bwrap,
         *NAMESPACE_FLAGS, *privileges, "--die-with-parent", "--new-session",
         "--hostname", vm_id,
-        *sandbox_fs.system_binds(), *sandbox_fs.system_data(spec.system_data_dir),
-        *sandbox_fs.secret_masks(vm_dir / "empty"),
+        *sandbox_fs.system_binds(spec.etc_dir), *sandbox_fs.system_data(spec.system_data_dir),
+        *sandbox_fs.secret_masks(vm_dir / "empty", spec.etc_dir),
         *masks,
         *(sandbox_fs.user_entries(vm_dir, uid, GUEST_HOME) if uid is not None else ()),
         "--proc", "/proc", "--dev", "/dev",

@@ -60,20 +60,24 @@ def socket_removed(path: Path) -> str | None:
             "task's doing)")
 
 
-def system_binds() -> list[str]:
-    """Read-only binds of the system folders; merged-/usr symlinks stay symlinks."""
+def system_binds(etc: Path | None = None) -> list[str]:
+    """Read-only binds of the system folders, /etc's copy (``system_data.prepare_etc``) at
+    /etc where there is one; merged-/usr symlinks stay symlinks."""
     args = []
     for path in SYSTEM_DIRS:
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
-            args += ["--ro-bind", path, path]
+            args += ["--ro-bind", str(etc) if path == "/etc" and etc is not None else path, path]
     return args
 
 
-def secret_masks(empty: Path) -> list[str]:
+def secret_masks(empty: Path, etc: Path | None = None) -> list[str]:
     """An empty file over each of the host's secrets (/dev/null would not do: binds are
-    nodev, so opening it fails instead of reading nothing)."""
+    nodev, so opening it fails instead of reading nothing); none over /etc's copy ``etc``,
+    which holds none of them."""
+    if etc is not None:
+        return []
     empty.touch(mode=0o444)
     return [arg for path in SECRET_FILES if os.path.isfile(path)
             for arg in ("--ro-bind", str(empty), path)]
@@ -102,6 +106,7 @@ def hidden_masks(empty: Path, paths) -> list[str]:
             (empty.parent / "empty-dir").mkdir(mode=0o555, exist_ok=True)
             args += ["--ro-bind", str(empty.parent / "empty-dir"), path]
         elif os.path.exists(path):
+            empty.touch(mode=0o444)
             args += ["--ro-bind", str(empty), path]
     return args
 
