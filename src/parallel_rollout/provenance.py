@@ -206,15 +206,17 @@ def check_resume(run_id: str, stored: dict[str, Any], cfg: RunConfig, now: dict[
                 f"{'them' if len(changed) > 1 else 'it'} or start a new --run-id")
 
 
-def check_settings(run_id: str, stored: dict[str, Any], cfg: RunConfig, now: dict[str, Any]) -> None:
+def check_settings(run_id: str, stored: dict[str, Any], cfg: RunConfig, now: dict[str, Any],
+                   leave_out: tuple[str, ...] = ()) -> None:
     """ConfigError unless ``cfg`` matches the run's stored ``config.json`` in every setting
-    that changes results; the model endpoint by the endpoints both provenances (``now``:
-    this run's, its task data not needed) record."""
+    that changes results but ``leave_out``; the model endpoint by the endpoints both
+    provenances (``now``: this run's, its task data not needed) record."""
     old_config = stored.get("config") or {}
     old_made = stored.get("provenance") or {}
     by_endpoint = "endpoints" in old_made and "endpoints" in now
     changed = [f"{as_given(cfg, name)} ({_shown(old_config[name])} then, {_shown(getattr(cfg, name))} now)"
-               for name in RESULT_FIELDS if name in old_config and not (by_endpoint and name == "base_url")
+               for name in RESULT_FIELDS if name in old_config and name not in leave_out
+               and not (by_endpoint and name == "base_url")
                and _servers(name, old_config[name]) != _servers(name, getattr(cfg, name))]
     if by_endpoint and sorted(old_made["endpoints"]) != sorted(now["endpoints"]):  # a fleet in any order
         changed.append(f"base_url (the model endpoint, from --base-url else OPENAI_BASE_URL: "

@@ -141,8 +141,8 @@ class RunFolder:
 
     def check_settings(self) -> None:
         """A resume's settings against those its run recorded, before the run's own checks (a
-        resume with another --agent is told so, not first what that agent lacks: a key). Read
-        without the lock; ``open`` checks everything again under it."""
+        resume with another --agent is told so, not first what that agent lacks: a key), but
+        --data. Read without the lock; ``open`` checks everything again under it."""
         results_path = self.run_dir / "results.jsonl"
         if not (self.config.resume and results_path.exists() and results_path.stat().st_size > 0):
             return
@@ -152,7 +152,9 @@ class RunFolder:
             return  # said by ``check_resume``, with what a resume does without it
         if isinstance(stored, dict):
             endpoints = self.endpoints()
-            check_settings(self.run_id, stored, self.config, {} if endpoints is None else {"endpoints": endpoints})
+            # --data is compared once its tasks are read: another mode's data is told what its tasks are
+            check_settings(self.run_id, stored, self.config, {} if endpoints is None else {"endpoints": endpoints},
+                           leave_out=("data",))
 
     def twins_note(self, keys: set[str]) -> str:
         """What a new run of the samples ``keys`` says of the runs of its output folder made
