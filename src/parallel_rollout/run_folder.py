@@ -118,8 +118,7 @@ class RunFolder:
         need --resume and the settings and task data they were made with. Returns the
         stored config.json (None without one). Reads only."""
         config_path = self.run_dir / "config.json"
-        results_path = self.run_dir / "results.jsonl"
-        has_results = results_path.exists() and results_path.stat().st_size > 0
+        has_results = self._has_results()
         if has_results and not self.config.resume:  # said again as a run() call spells it (api.as_called)
             raise ConfigError(f"{self.run_dir} already holds results; add --resume to continue that run or pick "
                               "a new --run-id")
@@ -143,8 +142,7 @@ class RunFolder:
         """A resume's settings against those its run recorded, before the run's own checks (a
         resume with another --agent is told so, not first what that agent lacks: a key), but
         --data. Read without the lock; ``open`` checks everything again under it."""
-        results_path = self.run_dir / "results.jsonl"
-        if not (self.config.resume and results_path.exists() and results_path.stat().st_size > 0):
+        if not (self.config.resume and self._has_results()):
             return
         try:
             stored = json.loads((self.run_dir / "config.json").read_text())
@@ -155,6 +153,11 @@ class RunFolder:
             # --data is compared once its tasks are read: another mode's data is told what its tasks are
             check_settings(self.run_id, stored, self.config, {} if endpoints is None else {"endpoints": endpoints},
                            leave_out=("data",))
+
+    def _has_results(self) -> bool:
+        """Whether the folder holds a results.jsonl with anything in it (a run to resume)."""
+        results_path = self.run_dir / "results.jsonl"
+        return results_path.exists() and results_path.stat().st_size > 0
 
     def twins_note(self, keys: set[str]) -> str:
         """What a new run of the samples ``keys`` says of the runs of its output folder made

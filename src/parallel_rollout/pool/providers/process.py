@@ -457,16 +457,12 @@ class ProcessProvider(Provider):
             self._spec = dataclasses.replace(self._spec, fronts_dir=fronts_dir, encodings_dir=None if fronts_dir
                                              else self._encodings_dir(spec.python))
             self._argvs.clear()
-        if self._spec.system_data_dir is not None and not self._spec.system_data_dir.is_dir():
-            # gone (a sweep of the base folder): made again, or the folders bound one by one
-            self._spec = dataclasses.replace(self._spec, system_data_dir=system_data.prepare(
-                secure_base_dir(self.base_dir)))
-            self._argvs.clear()
-        if self._spec.etc_dir is not None and not self._spec.etc_dir.is_dir():
-            # likewise: made again, or /etc bound with its secrets masked
-            self._spec = dataclasses.replace(self._spec, etc_dir=system_data.prepare_etc(
-                secure_base_dir(self.base_dir)))
-            self._argvs.clear()
+        for field, prepare in (("system_data_dir", system_data.prepare), ("etc_dir", system_data.prepare_etc)):
+            copy = getattr(self._spec, field)
+            if copy is not None and not copy.is_dir():
+                # gone (a sweep of the base folder): made again, or the host's folders bound as they are
+                self._spec = dataclasses.replace(self._spec, **{field: prepare(secure_base_dir(self.base_dir))})
+                self._argvs.clear()
         socket_path = vm_dir / "sock" / SOCKET_NAME
         private = sandbox_launch.launch(
             vm_id, vm_dir, socket_path, group,

@@ -106,8 +106,7 @@ def _make_etc(scratch: Path) -> None:
                 elif stat.S_ISREG(st.st_mode) and st.st_mode & stat.S_IROTH:
                     shutil.copy2(path, target, follow_symlinks=False)
                 elif stat.S_ISREG(st.st_mode):
-                    target.touch(mode=0)
-                    os.chmod(target, 0)
+                    target.touch(mode=0)  # new: mode 0 whatever the umask
             except FileNotFoundError:
                 continue  # removed from the host's /etc as it was read: as if read after
     for folder, mode in folders:
