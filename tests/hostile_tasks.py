@@ -411,6 +411,11 @@ class LoopbackServer:
         self.sock.close()
 
 
+#: the VMs (and rollouts) a table runs on: its rows mostly wait on the programs they start, so
+#: four VMs take the table in about half the time two did
+TABLE_VMS = 4
+
+
 def shell_tasks(port: int, leave_out=()) -> list[dict]:
     """The honest tools' checks, the table's rows but ``leave_out``, then honest tasks."""
     tasks = []
@@ -435,11 +440,12 @@ def shell_tasks(port: int, leave_out=()) -> list[dict]:
     tools = list(dict.fromkeys(program for row, program in NEEDS_PROGRAM.items() if row not in leave_out))
     table = ["sqlite3 ~/t.db 'create table t(x); insert into t values (4);'"] if "sqlite3" in tools else []
     repo = HONEST_GIT[0] if "git" in tools else []
-    for part, half in enumerate((tools[:len(tools) // 2], tools[len(tools) // 2:])):  # first, on both VMs at once
-        if half:  # each check in a subshell: tmux's `exit $r` ended the check, and none after it ran
+    for part in range(TABLE_VMS):  # first, one part on each VM at once (mvn, soffice, gdb take seconds)
+        share = tools[part::TABLE_VMS]
+        if share:  # each check in a subshell: tmux's `exit $r` ended the check, and none after it ran
             tasks.insert(part, {"id": f"honest_tools{part or ''}", "mode": "shell", "instruction": "a JSON file, a table, a repo",
                           "reference": ["echo '{\"a\": 2}' > ~/a.json", *table, *repo],
-                          "check": " && ".join(f"({HONEST_TOOLS[program]})" for program in half), "timeout": 60})
+                          "check": " && ".join(f"({HONEST_TOOLS[program]})" for program in share), "timeout": 60})
     return tasks
 
 
@@ -457,10 +463,10 @@ def _host_marks() -> list[str]:
 
 
 def run_pool(tmp: Path, mode: str, tasks: list[dict], **flags) -> tuple[dict, dict, int]:
-    """``tasks`` through a real pool (the oracle, two VMs of 256 MB; ``flags`` override):
+    """``tasks`` through a real pool (the oracle, TABLE_VMS VMs of 256 MB; ``flags`` override):
     (final records by key, summary, exit code)."""
     data = write_tasks(tmp / f"{mode}.jsonl", tasks)
-    config = dict(mode=mode, data=str(data), agent="oracle", num_rollouts=2, num_vms=2,
+    config = dict(mode=mode, data=str(data), agent="oracle", num_rollouts=TABLE_VMS, num_vms=TABLE_VMS,
                   use_vm_pool=True, output_dir=str(tmp / "out"), run_id=f"hostile-{mode}",
                   progress=False, vm_memory_mb=256)
     if flags.get("provider_name", "process") == "process" and "pids" in cgroups.available():

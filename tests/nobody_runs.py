@@ -70,9 +70,9 @@ def _nobody_can_run() -> str | None:
 
 
 def _run_as_nobody(mode: str, tasks: list[dict], join: Path | None = None, *flags: str,
-                   agent: str = "oracle", memory_mb: int | None = 256):
+                   agent: str = "oracle", memory_mb: int | None = 256, vms: int = 2):
     """The CLI run of ``tasks`` as nobody with ``agent`` (tests/ is on its path: the chaos
-    agents) and ``--vm-memory-mb memory_mb`` (None: none), in the cgroup whose cgroup.procs
+    agents), ``vms`` rollouts on as many VMs and ``--vm-memory-mb memory_mb`` (None: none), in the cgroup whose cgroup.procs
     is ``join`` (if any); yields {proc, finals, summary}."""
     nobody = pwd.getpwnam("nobody")
     work = Path(tempfile.mkdtemp(prefix="pr-hostile-nobody-"))
@@ -92,7 +92,7 @@ def _run_as_nobody(mode: str, tasks: list[dict], join: Path | None = None, *flag
             "setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups",
             "/usr/bin/python3", "-m", "parallel_rollout.cli", "run", "--mode", mode,
             *(("--vm-memory-mb", str(memory_mb)) if memory_mb is not None else ()),
-            "--data", str(data), "--agent", agent, "--num-rollouts", "2", "--num-vms", "2",
+            "--data", str(data), "--agent", agent, "--num-rollouts", str(vms), "--num-vms", str(vms),
             "--use-vm-pool", "--output-dir", str(work / "out"), "--run-id", "hostile-nobody",
             "--no-progress", *flags]
     try:

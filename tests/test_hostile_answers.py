@@ -26,7 +26,7 @@ import pytest
 
 from conftest import read_results, shell_task
 from hostile_leftovers import BIG_VM_HONEST, BIG_VM_ROWS, LEFTOVER_NOT_AS_NOBODY, on_system_path
-from hostile_tasks import (GOT_IT, IS_ROOT, NEEDS_ADDRESS_SPACE, PY_ROWS, SHELL_ROWS, _host_marks, check_row,
+from hostile_tasks import (GOT_IT, IS_ROOT, NEEDS_ADDRESS_SPACE, PY_ROWS, SHELL_ROWS, TABLE_VMS, _host_marks, check_row,
                            loopback, py_tasks, run_pool, shell_tasks, unbounded_rows)  # noqa: F401 - fixture
 from nobody_runs import _delegated_pids_cgroup, _nobody_can_run, _run_as_nobody
 
@@ -141,7 +141,7 @@ def nobody_table(loopback):
                     **({} if join else NOT_AS_NOBODY)}
         tasks = shell_tasks(loopback.port, left_out)
         flags = ("--vm-max-processes", "128") if join else ()
-        for table in _run_as_nobody("shell", tasks, join, *flags):
+        for table in _run_as_nobody("shell", tasks, join, *flags, vms=TABLE_VMS):
             yield {**table, "left_out": left_out}
 
 
@@ -150,7 +150,7 @@ def nobody_py_table():
     why = _nobody_can_run()
     if why:
         pytest.skip(why)
-    yield from _run_as_nobody("py", py_tasks())
+    yield from _run_as_nobody("py", py_tasks(), vms=TABLE_VMS)
 
 
 @pytest.mark.parametrize("name", list(SHELL_ROWS))
