@@ -114,6 +114,22 @@ def test_the_pool_takes_the_least_loaded_and_skips_a_cooling_server():
     assert [three.acquire(turn=2) for _ in range(3)] == ["c", "a", "b"]
 
 
+def test_a_server_whose_request_failed_while_its_models_answered_is_said_as_that_failure():
+    """A server answering every request 500 answers its /models: a trajectory that asked it
+    again while another's request failed got no verdict (asked again at its next request) and
+    said the server "does not answer", which became the run's last failure in place of the 500."""
+    pool = ServerPool(["a"])
+    pool.ask_again("a", "a/chat/completions answered 500: first")
+
+    def models_answer_as_another_request_fails(url):
+        pool.ask_again(url, "a/chat/completions answered 500: meanwhile")
+        return True
+
+    assert pool.first_visit("a", models_answer_as_another_request_fails) is None
+    assert pool.said["a"] == "a/chat/completions answered 500: meanwhile"
+    assert pool.first_visit("a", lambda url: True) is True  # asked again: it serves
+
+
 def _echo(body):
     return {"reply": "<answer>Right</answer>"}
 

@@ -289,7 +289,7 @@ class ModelRequests:
             if failure is None:
                 raise
             if isinstance(failure, Retryable) and failure.may_have_restarted:
-                self._route.pool.ask_again(self.base_url)  # back with another model? asked before its next request
+                self._route.pool.ask_again(self.base_url, str(failure))  # back with another model? asked before its next request
             raise failure from None
         self._route.pool.answered(self.base_url)
         self._usage["prompt_tokens"] += usage.get("prompt_tokens", 0)

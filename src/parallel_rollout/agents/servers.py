@@ -90,6 +90,8 @@ class ServerPool:
         #: what each server asked answered when it did not serve the run (or did not answer): the
         #: words of every trajectory of the process that finds it so, not only the asking one's
         self.said: dict[str, str] = {}
+        #: the words of each server's last failure that made it unheard again (``ask_again``)
+        self._failed_with: dict[str, str] = {}
 
     def leave_out(self, urls: Collection[str]) -> None:
         """The run's start check found ``urls`` not serving its model: never acquired again
@@ -105,15 +107,17 @@ class ServerPool:
         with self._lock:
             self._unheard |= (frozenset(urls) & frozenset(self.urls)) - self._heard
 
-    def ask_again(self, url: str) -> None:
-        """``url`` failed a request as a server that restarts does (``Retryable.may_have_restarted``):
-        it may be back with another model (SGLang answers any model name, so no request would
-        tell), so it is unheard again, asked before its next request (``first_visit``)."""
+    def ask_again(self, url: str, failed_with: str = "") -> None:
+        """``url`` failed a request as a server that restarts does (``Retryable.may_have_restarted``),
+        with the words ``failed_with``: it may be back with another model (SGLang answers any
+        model name, so no request would tell), so it is unheard again, asked before its next
+        request (``first_visit``)."""
         with self._lock:
             if url in self._load and url not in self._left_out:
                 self._heard -= {url}
                 self._unheard |= {url}
                 self._asked_again[url] += 1
+                self._failed_with[url] = failed_with
 
     def first_visit(self, url: str, ask: Callable[[str], bool | None]) -> bool | None:
         """Whether ``url`` may take a request: False once it is left out, None while it is
@@ -137,7 +141,12 @@ class ServerPool:
                 return None  # still down: asked again before the next request to it
             with self._lock:
                 if serves and self._asked_again[url] != failures:
-                    return None  # a request failed while it answered: what answered may be gone, asked again
+                    # a request failed while it answered: what answered may be gone, asked again;
+                    # what that request was told is what the server says now (not "no answer":
+                    # a server that answers every request 500 answers its /models)
+                    if self._failed_with.get(url):
+                        self.said[url] = self._failed_with[url]
+                    return None
                 self._unheard -= {url}
                 self._heard |= {url}
                 self._answered[url] = time.monotonic()
