@@ -414,6 +414,9 @@ class LoopbackServer:
 #: the VMs (and rollouts) a table runs on: its rows mostly wait on the programs they start, so
 #: four VMs take the table in about half the time two did
 TABLE_VMS = 4
+#: an honest tools check's time limit: one part took 12 s alone and over 60 s in a CI-style run
+#: (four parts of JVMs, LibreOffice and gdb at once beside three other test processes on 2 cores)
+HONEST_TOOLS_TIMEOUT = 300
 
 
 def shell_tasks(port: int, leave_out=()) -> list[dict]:
@@ -445,7 +448,8 @@ def shell_tasks(port: int, leave_out=()) -> list[dict]:
         if share:  # each check in a subshell: tmux's `exit $r` ended the check, and none after it ran
             tasks.insert(part, {"id": f"honest_tools{part or ''}", "mode": "shell", "instruction": "a JSON file, a table, a repo",
                           "reference": ["echo '{\"a\": 2}' > ~/a.json", *table, *repo],
-                          "check": " && ".join(f"({HONEST_TOOLS[program]})" for program in share), "timeout": 60})
+                          "check": " && ".join(f"({HONEST_TOOLS[program]})" for program in share),
+                          "timeout": HONEST_TOOLS_TIMEOUT})
     return tasks
 
 
