@@ -242,3 +242,14 @@ def test_binds_and_uid_switch_benchmarks_run():
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"/bin/true: [\d.]+ ms   through the uid switch: [\d.]+ ms   added per command: "
                      r"-?[\d.]+ ms", proc.stdout), proc.stdout
+
+
+def test_one_cell_is_run_and_printed_as_one_json_line_and_a_bad_cell_is_named():
+    proc = subprocess.run([sys.executable, str(BENCH), "--cell", "2,1,6"], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cell = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (cell["n"], cell["m"], cell["tasks"], cell["exit_code"], cell["failures"]) == (2, 1, 6, 0, 0), cell
+    assert all(is_number(cell[name]) and cell[name] > 0 for name in ("makespan_s", "makespan_over_bound",
+                                                                     "manager_cpu_ms_per_task", "tasks_per_s")), cell
+    bad = subprocess.run([sys.executable, str(BENCH), "--cell", "2,0,6"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--cell takes three positive whole numbers N,M,TASKS, got '2,0,6'" in bad.stderr

@@ -3,6 +3,7 @@
     python benchmarks/perf/pool.py            # full: 1,000 tasks per run (long: see README)
     python benchmarks/perf/pool.py --quick    # a subset, under 5 minutes on 2 cores
     python benchmarks/perf/pool.py --smoke --out DIR   # seconds; what the test suite runs
+    python benchmarks/perf/pool.py --cell 1,1,200      # one scaling cell (N,M,TASKS), one JSON line
 
 Every run below is a real ``Runner`` run (workers spawned, pool in its Manager process,
 bubblewrap sandboxes of the process provider, results.jsonl and events.jsonl written). The
@@ -298,6 +299,34 @@ def with_bounds(row: dict[str, Any], rollouts: int, think_s: float) -> dict[str,
     return row
 
 
+#: what ``--cell`` prints of its run
+CELL_FIELDS = ("makespan_s", "makespan_over_bound", "manager_cpu_ms_per_task", "manager_steady_cpu_ms_per_task",
+               "runner_cpu_ms_per_task", "reset_p50_s", "tasks_per_s")
+
+
+def run_cell(parser: argparse.ArgumentParser, cell: str) -> int:
+    """``--cell N,M,TASKS``: one design (a) run with the full run's scaling workload, printed."""
+    try:
+        n, m, tasks = (int(part) for part in cell.split(","))
+        if min(n, m, tasks) < 1:
+            raise ValueError
+    except ValueError:
+        parser.error(f"--cell takes three positive whole numbers N,M,TASKS, got {cell!r}")
+    spec = PROFILES["full"]["scaling"]
+    logging.getLogger("parallel_rollout").setLevel(logging.WARNING)
+    speed = cpu_probe()
+    workdir = Path(tempfile.mkdtemp(prefix="pr-perf-cell-"))
+    try:
+        row = run_one(workdir, f"cell-n{n}m{m}", mode="perf_call", tasks=tasks, think_s=spec["think_s"],
+                      vm_s=spec["vm_s"], workers=n, vms=m)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    with_bounds(row, n, spec["think_s"])
+    print(json.dumps({"n": n, "m": m, "tasks": tasks, "exit_code": row["exit_code"], "failures": row["failures"],
+                      **{name: row.get(name) for name in CELL_FIELDS}, "speed": speed}))
+    return 0 if row["exit_code"] == 0 else 1
+
+
 def _run_setting(text: str) -> dict[str, Any]:
     """``KEY=VALUE`` as a line of run.toml (a bare word is a string: verify_reset=off),
     checked as run.toml is (``config.settings``); ConfigError when it is not one."""
@@ -318,6 +347,10 @@ def main(argv: list[str] | None = None) -> int:
     size.add_argument("--smoke", action="store_true", help="seconds; checks the report, not the speed")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="where the JSON and PNG go")
     parser.add_argument("--keep", action="store_true", help="keep the runs' folders (printed)")
+    size.add_argument("--cell", metavar="N,M,TASKS",
+                      help="one cell of the full run's scaling grid (N rollouts, M VMs, TASKS tasks), "
+                           "printed as one JSON line, nothing written: an A B B A of two trees, each "
+                           "run with its own src/ on PYTHONPATH")
     parser.add_argument("--run-setting", action="append", default=[], metavar="KEY=VALUE",
                         help="a run setting for every run, as in run.toml (e.g. verify_reset=off: "
                              "what a feature costs, against the same invocation without it)")
@@ -327,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
             RUN_SETTINGS.update(_run_setting(setting))
         except ConfigError as exc:
             parser.error(str(exc))
+    if args.cell:
+        return run_cell(parser, args.cell)
     profile = "smoke" if args.smoke else "quick" if args.quick else "full"
     spec = PROFILES[profile]
     logging.getLogger("parallel_rollout").setLevel(logging.WARNING)
