@@ -419,7 +419,7 @@ TABLE_VMS = 4
 HONEST_TOOLS_TIMEOUT = 300
 
 
-def shell_tasks(port: int, leave_out=()) -> list[dict]:
+def shell_tasks(port: int, leave_out=(), vms: int = TABLE_VMS) -> list[dict]:
     """The honest tools' checks, the table's rows but ``leave_out``, then honest tasks."""
     tasks = []
     for name, (commands, check, _) in SHELL_ROWS.items():
@@ -443,8 +443,8 @@ def shell_tasks(port: int, leave_out=()) -> list[dict]:
     tools = list(dict.fromkeys(program for row, program in NEEDS_PROGRAM.items() if row not in leave_out))
     table = ["sqlite3 ~/t.db 'create table t(x); insert into t values (4);'"] if "sqlite3" in tools else []
     repo = HONEST_GIT[0] if "git" in tools else []
-    for part in range(TABLE_VMS):  # first, one part on each VM at once (mvn, soffice, gdb take seconds)
-        share = tools[part::TABLE_VMS]
+    for part in range(vms):  # first, one part on each of the ``vms`` VMs at once (mvn, soffice, gdb take seconds)
+        share = tools[part::vms]
         if share:  # each check in a subshell: tmux's `exit $r` ended the check, and none after it ran
             tasks.insert(part, {"id": f"honest_tools{part or ''}", "mode": "shell", "instruction": "a JSON file, a table, a repo",
                           "reference": ["echo '{\"a\": 2}' > ~/a.json", *table, *repo],
@@ -467,10 +467,10 @@ def _host_marks() -> list[str]:
 
 
 def run_pool(tmp: Path, mode: str, tasks: list[dict], **flags) -> tuple[dict, dict, int]:
-    """``tasks`` through a real pool (the oracle, TABLE_VMS VMs of 256 MB; ``flags`` override):
+    """``tasks`` through a real pool (the oracle, two VMs of 256 MB; ``flags`` override):
     (final records by key, summary, exit code)."""
     data = write_tasks(tmp / f"{mode}.jsonl", tasks)
-    config = dict(mode=mode, data=str(data), agent="oracle", num_rollouts=TABLE_VMS, num_vms=TABLE_VMS,
+    config = dict(mode=mode, data=str(data), agent="oracle", num_rollouts=2, num_vms=2,
                   use_vm_pool=True, output_dir=str(tmp / "out"), run_id=f"hostile-{mode}",
                   progress=False, vm_memory_mb=256)
     if flags.get("provider_name", "process") == "process" and "pids" in cgroups.available():
@@ -481,13 +481,15 @@ def run_pool(tmp: Path, mode: str, tasks: list[dict], **flags) -> tuple[dict, di
     return finals, outcome.summary, outcome.exit_code
 
 
-def run_table(tmp: Path, left_out: dict[str, str], **flags) -> dict:
-    """The shell table but the rows ``left_out`` (row -> why) through a pool, with a
-    loopback server of the host to reach: what a provider's table checks."""
+def run_table(tmp: Path, left_out: dict[str, str], vms: int = TABLE_VMS, **flags) -> dict:
+    """The shell table but the rows ``left_out`` (row -> why) through a pool of ``vms`` VMs
+    (as many rollouts), with a loopback server of the host to reach: what a provider's table
+    checks."""
     server = LoopbackServer()
     marks = _host_marks()
     try:
-        finals, summary, code = run_pool(tmp, "shell", shell_tasks(server.port, left_out), **flags)
+        finals, summary, code = run_pool(tmp, "shell", shell_tasks(server.port, left_out, vms),
+                                         num_rollouts=vms, num_vms=vms, **flags)
     finally:
         server.close()
     return {"finals": finals, "summary": summary, "exit_code": code, "left_out": left_out,

@@ -120,7 +120,7 @@ def _table(tmp_path_factory, provider_name: str, **flags) -> dict:
 
 @pytest.fixture(scope="module")
 def qemu_table(image, tmp_path_factory):
-    return _table(tmp_path_factory, "qemu", vm_memory_mb=384, boot_timeout_s=120.0)
+    return _table(tmp_path_factory, "qemu", vms=2, vm_memory_mb=384, boot_timeout_s=120.0)
 
 
 @pytest.fixture(scope="module")

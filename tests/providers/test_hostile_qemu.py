@@ -40,7 +40,7 @@ def qemu_table(tmp_path_factory):
         QemuProvider.check_available()
     except ProviderUnavailable as exc:
         pytest.skip(f"the qemu provider cannot run here: {exc}")
-    return run_table(tmp_path_factory.mktemp("qemu"), NOT_ON_QEMU, provider_name="qemu",
+    return run_table(tmp_path_factory.mktemp("qemu"), NOT_ON_QEMU, vms=2, provider_name="qemu",
                      vm_memory_mb=384, boot_timeout_s=120.0)
 
 
