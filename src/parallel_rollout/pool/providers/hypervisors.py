@@ -228,8 +228,8 @@ class _HypervisorProvider(Provider):
             out, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             kill_group(proc)
-            raise VMError(f"{' '.join(argv)} did not finish within {timeout:.0f}s (killed; "
-                          f"{self.options.said('boot_timeout_s')} allows more)") from None
+            raise VMError(f"{' '.join(argv)} did not finish within {_within(timeout, self.options.boot_timeout_s)} "
+                          f"(killed; {self.options.said('boot_timeout_s')} allows more)") from None
         except BaseException:
             kill_group(proc)
             raise
@@ -462,3 +462,12 @@ def check_vm_files(provider_name: str, options: ProviderOptions) -> str:
     if problems:
         raise ConfigError(f"the {provider_name} VMs: " + "; ".join(problems))
     return f"the {len(provider.vm_files)} {provider_name} VM(s) have snapshot {options.snapshot_name!r}, or do not say"
+
+
+def _within(timeout: float, boot_timeout: float) -> str:
+    """How long a command of a boot had: the boot's whole timeout, or what was left of it when
+    the command started (the steps before it took the rest: "within 1s" of a boot timeout set
+    to 2 named a limit no one set)."""
+    if timeout >= boot_timeout - 0.05:
+        return f"{timeout:.0f}s"
+    return f"{timeout:.1f}s, what was left of the boot's {boot_timeout:g}s"
