@@ -21,7 +21,7 @@ the affinity too::
                     (down then: ``ask_first``) is asked its /models by the first request to
                     reach it; one that lists another model (up later with another: no request
                     would tell either) is left out as the check's are
-    a restart    ── ServerPool.ask_again(url): a server that failed a request as a restart
+    a restart    ── ServerPool.ask_again(url, why): a server that failed a request as a restart
                     does (a refused or reset connection, a hang-up, a 5xx: a proxy's while the
                     server behind it restarts) is unheard again: asked its /models before it
                     takes another request, and left out if it came back with another model
@@ -87,11 +87,10 @@ class ServerPool:
         self._lock = threading.Lock()
         #: held while one trajectory asks an unheard server: the others reaching it wait
         self._asking = {url: threading.Lock() for url in self.urls}
-        #: what each server asked answered when it did not serve the run (or did not answer): the
-        #: words of every trajectory of the process that finds it so, not only the asking one's
+        #: what each server asked answered when it did not serve the run (or did not answer), or
+        #: the failure that made it unheard again (``ask_again``): the words of every trajectory
+        #: of the process that finds it so, not only the asking one's
         self.said: dict[str, str] = {}
-        #: the words of each server's last failure that made it unheard again (``ask_again``)
-        self._failed_with: dict[str, str] = {}
 
     def leave_out(self, urls: Collection[str]) -> None:
         """The run's start check found ``urls`` not serving its model: never acquired again
@@ -107,17 +106,19 @@ class ServerPool:
         with self._lock:
             self._unheard |= (frozenset(urls) & frozenset(self.urls)) - self._heard
 
-    def ask_again(self, url: str, failed_with: str = "") -> None:
+    def ask_again(self, url: str, failed_with: str) -> None:
         """``url`` failed a request as a server that restarts does (``Retryable.may_have_restarted``),
         with the words ``failed_with``: it may be back with another model (SGLang answers any
         model name, so no request would tell), so it is unheard again, asked before its next
-        request (``first_visit``)."""
+        request (``first_visit``). Until then ``failed_with`` is what it says (``said``): a server
+        answering every request 500 answers its /models, and a request that finds it asked again
+        as another's fails (no verdict) says the 500, not that the server does not answer."""
         with self._lock:
             if url in self._load and url not in self._left_out:
                 self._heard -= {url}
                 self._unheard |= {url}
                 self._asked_again[url] += 1
-                self._failed_with[url] = failed_with
+                self.said[url] = failed_with
 
     def first_visit(self, url: str, ask: Callable[[str], bool | None]) -> bool | None:
         """Whether ``url`` may take a request: False once it is left out, None while it is
@@ -141,12 +142,7 @@ class ServerPool:
                 return None  # still down: asked again before the next request to it
             with self._lock:
                 if serves and self._asked_again[url] != failures:
-                    # a request failed while it answered: what answered may be gone, asked again;
-                    # what that request was told is what the server says now (not "no answer":
-                    # a server that answers every request 500 answers its /models)
-                    if self._failed_with.get(url):
-                        self.said[url] = self._failed_with[url]
-                    return None
+                    return None  # a request failed while it answered: what answered may be gone, asked again
                 self._unheard -= {url}
                 self._heard |= {url}
                 self._answered[url] = time.monotonic()
