@@ -466,11 +466,11 @@ def _host_marks() -> list[str]:
     return glob.glob("/usr/pr-hostile-*")
 
 
-def run_pool(tmp: Path, mode: str, tasks: list[dict], **flags) -> tuple[dict, dict, int]:
-    """``tasks`` through a real pool (the oracle, two VMs of 256 MB; ``flags`` override):
-    (final records by key, summary, exit code)."""
+def run_pool(tmp: Path, mode: str, tasks: list[dict], vms: int = 2, **flags) -> tuple[dict, dict, int]:
+    """``tasks`` through a real pool (the oracle, ``vms`` rollouts on as many VMs of 256 MB;
+    ``flags`` override): (final records by key, summary, exit code)."""
     data = write_tasks(tmp / f"{mode}.jsonl", tasks)
-    config = dict(mode=mode, data=str(data), agent="oracle", num_rollouts=2, num_vms=2,
+    config = dict(mode=mode, data=str(data), agent="oracle", num_rollouts=vms, num_vms=vms,
                   use_vm_pool=True, output_dir=str(tmp / "out"), run_id=f"hostile-{mode}",
                   progress=False, vm_memory_mb=256)
     if flags.get("provider_name", "process") == "process" and "pids" in cgroups.available():
@@ -488,8 +488,7 @@ def run_table(tmp: Path, left_out: dict[str, str], vms: int = TABLE_VMS, **flags
     server = LoopbackServer()
     marks = _host_marks()
     try:
-        finals, summary, code = run_pool(tmp, "shell", shell_tasks(server.port, left_out, vms),
-                                         num_rollouts=vms, num_vms=vms, **flags)
+        finals, summary, code = run_pool(tmp, "shell", shell_tasks(server.port, left_out, vms), vms, **flags)
     finally:
         server.close()
     return {"finals": finals, "summary": summary, "exit_code": code, "left_out": left_out,

@@ -38,15 +38,14 @@ def shell_table(loopback, tmp_path_factory):
     marks = _host_marks()
     left_out = unbounded_rows()
     finals, summary, code = run_pool(tmp_path_factory.mktemp("shell"), "shell", shell_tasks(loopback.port, left_out),
-                                     num_rollouts=TABLE_VMS, num_vms=TABLE_VMS)
+                                     vms=TABLE_VMS)
     return {"finals": finals, "summary": summary, "exit_code": code, "marks_before": marks,
             "left_out": left_out}
 
 
 @pytest.fixture(scope="module")
 def py_table(tmp_path_factory):
-    finals, summary, code = run_pool(tmp_path_factory.mktemp("py"), "py", py_tasks(),
-                                     num_rollouts=TABLE_VMS, num_vms=TABLE_VMS)
+    finals, summary, code = run_pool(tmp_path_factory.mktemp("py"), "py", py_tasks(), vms=TABLE_VMS)
     return {"finals": finals, "summary": summary, "exit_code": code}
 
 
