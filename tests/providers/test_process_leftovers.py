@@ -156,7 +156,7 @@ import psutil
 sys.path.insert(0, sys.argv[3])
 from test_process_leftovers import StuckProvider as Stuck
 from parallel_rollout.pool.providers import sandbox_launch
-sandbox_launch.read_until = lambda fd, terminator, deadline, budget_s: time.sleep(600)  # nobody reads it
+sandbox_launch.read_until = lambda fd, terminator, deadline, budget_s, *pidfd: time.sleep(600)  # nobody reads it
 
 def owner(base_dir):
     provider = Stuck("exiting", base_dir=base_dir)
@@ -346,7 +346,7 @@ def test_bwrap_killed_before_it_reports_its_init_leaves_no_orphan(machine, base_
     provider = Stuck("orphan", ProviderOptions(boot_timeout_s=5), base_dir=base_dir)
     vm_dir = provider.run_dir / "vm0"
 
-    def kill_bwrap_then_read(fd, terminator, deadline, budget_s):
+    def kill_bwrap_then_read(fd, terminator, deadline, budget_s, bwrap_pidfd=None):
         if terminator == b"}":  # the --info-fd read: bwrap is stuck writing it
             deadline = time.monotonic() + 10
             while not held and time.monotonic() < deadline:
@@ -358,7 +358,7 @@ def test_bwrap_killed_before_it_reports_its_init_leaves_no_orphan(machine, base_
             assert held, "bwrap never forked its child"
             bwrap, = bwraps
             bwrap.kill()
-        return real_read_until(fd, terminator, deadline, budget_s)
+        return real_read_until(fd, terminator, deadline, budget_s, bwrap_pidfd)
 
     monkeypatch.setattr(sandbox_launch, "read_until", kill_bwrap_then_read)
     with pytest.raises(VMError, match="did not boot"):
@@ -367,6 +367,39 @@ def test_bwrap_killed_before_it_reports_its_init_leaves_no_orphan(machine, base_
         f"bwrap's child outlived the failed boot: {[c.pid for c in held if _alive(c.pid)]}"
     assert _bwraps_naming(vm_dir) == []
     assert not vm_dir.exists()
+
+
+#: a "bwrap" that starts its child, reports it on --info-fd and dies of SIGTERM before it
+#: lets the child go on: the real one's child then waits forever for bwrap's word, holding
+#: the ready pipe's write end (a SIGTERM to every process of a job, as ``systemctl stop``
+#: sends it, caught a standby's boot there; its stop waited out the 60 s boot timeout)
+_DYING_BWRAP = """#!/usr/bin/env python3
+import os, signal, subprocess, sys
+info_fd = int(sys.argv[sys.argv.index("--info-fd") + 1])
+child = subprocess.Popen(["sleep", "1000"], close_fds=False)
+os.write(info_fd, b'{"child-pid": %d}' % child.pid)
+os.kill(os.getpid(), signal.SIGTERM)
+"""
+
+
+def test_bwrap_killed_after_it_reports_its_init_ends_the_boot_at_once(base_dir, tmp_path):
+    """The boot's wait for the agent's ready line ends when bwrap has died, not at the boot
+    timeout: the pipe's writer still lives, so no EOF comes. The reported child is killed."""
+    fake = tmp_path / "bwrap"
+    fake.write_text(_DYING_BWRAP)
+    fake.chmod(0o755)
+
+    class DyingBwrap(ProcessProvider):
+        def _argv(self, *args):
+            return [str(fake), *super()._argv(*args)[1:]]
+
+    provider = DyingBwrap("dying", ProviderOptions(boot_timeout_s=120), base_dir=base_dir)
+    sleeps_before = {p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == "sleep"}
+    with pytest.raises(VMError, match="did not boot: bwrap was killed by SIGTERM before the guest agent was ready"):
+        provider.start("vm0")
+    left = [p for p in psutil.process_iter(["name", "status"]) if p.info["name"] == "sleep"
+            and p.pid not in sleeps_before and p.info["status"] != psutil.STATUS_ZOMBIE]
+    assert left == [], f"bwrap's child outlived the failed boot: {left}"
 
 
 def test_a_run_id_of_64_characters_boots_under_the_default_folder_and_sweeps(tmp_path):

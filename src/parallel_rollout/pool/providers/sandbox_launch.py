@@ -11,7 +11,9 @@ and the wait for its guest agent to say it is ready.
 
 The agent's socket is bound and listened on here (``sandbox_fs.listen``) and only its fd goes
 in; after the start only the agent holds it, so a dead agent's socket refuses at once. Any
-failure of the boot, even an interrupt, kills what was started (``kill_sandbox``). bwrap's
+failure of the boot, even an interrupt, kills what was started (``kill_sandbox``). A bwrap
+that dies mid-boot ends the wait at once (a pidfd polled with the pipes): its child may live on
+with the pipes open, waiting for bwrap's word, so their EOF need not come. bwrap's
 argv is the provider's (``process.py``, ``sandbox_argv.py``); this is what runs it.
 """
 
@@ -65,9 +67,10 @@ def launch(vm_id: str, vm_dir: Path, socket_path: Path, group: cgroups.VMCgroup,
     private = {"pid": proc.pid, "create_time": create_time(proc.pid),
                "vm_dir": str(vm_dir), "cgroups": group.paths,
                "oom_baseline": cgroups.oom_counts(group.paths)}  # the folder's so far
+    bwrap_pidfd = _pidfd_of(proc.pid)  # our unreaped child: the pid cannot have been reused
     try:
         deadline = time.monotonic() + boot_timeout_s
-        info = read_until(info_r, b"}", deadline, boot_timeout_said)
+        info = read_until(info_r, b"}", deadline, boot_timeout_said, bwrap_pidfd)
         try:
             init_pid = json.loads(info)["child-pid"]
         except (ValueError, KeyError) as exc:
@@ -77,7 +80,7 @@ def launch(vm_id: str, vm_dir: Path, socket_path: Path, group: cgroups.VMCgroup,
         # what a sweep kills by pid; until now it finds the sandbox by the folder's
         # cgroups and bwrap's command line (``sweep``)
         write_meta(private)
-        if not read_until(ready_r, b"\n", deadline, boot_timeout_said).startswith(b"ready"):
+        if not read_until(ready_r, b"\n", deadline, boot_timeout_said, bwrap_pidfd).startswith(b"ready"):
             raise VMError("the guest agent exited before it was ready")
         # once the agent runs, bwrap has built the sandbox: its /dev/pts is there
         sandbox_fs.cap_ptys(init_pid, own_userns=own_userns)
@@ -89,6 +92,15 @@ def launch(vm_id: str, vm_dir: Path, socket_path: Path, group: cgroups.VMCgroup,
         tail = log_tail(log_path)
         raise VMError(f"VM {vm_id} did not boot: {exc}; agent log: {tail}") from None
     finally:
-        os.close(ready_r)
-        os.close(info_r)
+        for fd in (ready_r, info_r, bwrap_pidfd):
+            if fd is not None:
+                os.close(fd)
     return private
+
+
+def _pidfd_of(pid: int) -> int | None:
+    """A pidfd of our child ``pid``, or None where pidfds do not exist (Linux < 5.3)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None

@@ -56,7 +56,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from ...errors import VMError
-from ...guest.agent_output import pidfd_exited, readable_within, wait_exit
+from ...guest.agent_output import pidfd_exited, wait_exit
 from . import cgroups, orphans
 from .common import create_time, exit_status, runs_vm, same_process, signal_name, started_at
 from .halted import halted_tree
@@ -397,19 +397,44 @@ def kill_recorded(meta: dict, vm_dir: Path) -> None:
         orphans.reap(meta.get("pid"), recorded=True)
 
 
-def read_until(fd: int, terminator: bytes, deadline: float, budget: str) -> bytes:
+def read_until(fd: int, terminator: bytes, deadline: float, budget: str,
+               bwrap_pidfd: int | None = None) -> bytes:
     """Bytes from a pipe up to ``terminator`` or EOF; VMError at the deadline, the boot's
-    ``budget`` named as the user set it (``2s (boot-timeout-s in run.toml)``). Any fd: a pool of a few hundred VMs
-    holds fds above select()'s 1023 (``readable_within``)."""
+    ``budget`` named as the user set it (``2s (boot-timeout-s in run.toml)``), or as soon as
+    the bwrap of ``bwrap_pidfd`` has exited with the pipe still empty and open: its child,
+    which holds the pipe's write end, waits for a word from bwrap that will never come (a
+    bwrap killed before it reported the init), so no EOF comes either. Any fd: a pool of a
+    few hundred VMs holds fds above select()'s 1023 (poll, never select)."""
+    import select
+
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    if bwrap_pidfd is not None:
+        poller.register(bwrap_pidfd, select.POLLIN)
     data = b""
     while terminator not in data:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise VMError(f"timed out waiting for the guest agent after {budget}")
-        if not readable_within(fd, remaining):
-            continue
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            break
-        data += chunk
+        ready = {ready_fd for ready_fd, _ in poller.poll(remaining * 1000)}
+        if fd in ready:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            data += chunk
+        elif bwrap_pidfd in ready:
+            raise VMError(f"bwrap {_exit_said(bwrap_pidfd)} before the guest agent was ready")
     return data
+
+
+def _exit_said(pidfd: int) -> str:
+    """How the exited process of ``pidfd`` ended (``was killed by SIGTERM``), left unreaped."""
+    try:
+        info = os.waitid(os.P_PIDFD, pidfd, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except (AttributeError, OSError):
+        info = None
+    if info is None:
+        return "exited"
+    if info.si_code == os.CLD_EXITED:
+        return f"exited with status {info.si_status}"
+    return f"was killed by {signal_name(info.si_status)}"
