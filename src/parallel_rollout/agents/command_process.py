@@ -24,7 +24,10 @@ Stopping (``stop``, also a ``weakref.finalize``, so a collected agent stops its 
 EOF on stdin, then SIGTERM, then SIGKILL to the whole process group. Each agent runs in its
 own session (a Ctrl-C at the terminal is the runner's to handle, not the agent's) and its
 namespace dies with its worker's thread: a worker that dies by another's hand takes its
-agents, and everything they started, with it.
+agents, and everything they started, with it. From the fork on, not only once bwrap has set
+its parent-death signal: the fork runs ``setpriv --pdeathsig KILL`` and a shell that exits
+unless its parent is still the worker before it execs bwrap (``sandbox_processes.guarded``,
+as for a VM's sandbox), so a worker SIGKILLed as it starts an agent leaves no agent running.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import weakref
 from typing import IO
 
 from ..pool.providers import orphans
+from ..pool.providers.sandbox_processes import guarded
 from .agent_sandbox import in_own_pid_namespace
 from .episode import AgentError
 
@@ -96,7 +100,7 @@ class AgentProcess:
         init = orphans.InitReport(in_own_pid_namespace(argv, hidden))
         try:
             self._popen = subprocess.Popen(
-                init.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                guarded(init.argv, os.getpid()), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, start_new_session=True, pass_fds=init.pass_fds,
             )
         except OSError as exc:
