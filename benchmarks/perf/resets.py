@@ -120,8 +120,8 @@ def cold_reset_breakdown(spec: dict) -> dict:
     marks: dict[bytes, float] = {}
     real = sandbox_launch.read_until  # a boot's reads (bwrap's info, the agent's ready line)
 
-    def timed(fd, separator, deadline, budget_s):
-        out = real(fd, separator, deadline, budget_s)
+    def timed(fd, separator, deadline, budget_s, *bwrap_pidfd):
+        out = real(fd, separator, deadline, budget_s, *bwrap_pidfd)
         marks[separator] = time.perf_counter()
         return out
 
