@@ -23,9 +23,13 @@ def sessions(tmp_path, monkeypatch):
 
 
 def _note_of_this_command(folder) -> str:
-    """What a grading command reads of its own session's file, as a front does (by its session id)."""
-    return (f"sid=$(cut -d' ' -f6 /proc/$$/stat); cat {folder}/$sid; "
-            f"test -e {folder}/{agent_sessions.STARTING} && echo STARTING-LEFT; true")
+    """What a grading command reads of its own session's file, as a front does (by its session id),
+    once the agent has written it and removed the start's file: the command may run before (a
+    front reads the start's file then), and under load it did."""
+    starting = f"{folder}/{agent_sessions.STARTING}"
+    return (f"sid=$(cut -d' ' -f6 /proc/$$/stat); i=0; "
+            f"while {{ [ ! -e {folder}/$sid ] || [ -e {starting} ]; }} && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; "
+            f"cat {folder}/$sid; test -e {starting} && echo STARTING-LEFT; true")
 
 
 def test_a_grading_commands_session_is_noted_while_it_runs(sessions, tmp_path):
