@@ -403,7 +403,8 @@ def read_until(fd: int, terminator: bytes, deadline: float, budget: str,
     ``budget`` named as the user set it (``2s (boot-timeout-s in run.toml)``), or as soon as
     the bwrap of ``bwrap_pidfd`` has exited with the pipe still empty and open: its child,
     which holds the pipe's write end, waits for a word from bwrap that will never come (a
-    bwrap killed before it reported the init), so no EOF comes either. Any fd: a pool of a
+    bwrap killed after it reported the init, before it let it go on: the ready pipe), so no
+    EOF comes either. Any fd: a pool of a
     few hundred VMs holds fds above select()'s 1023 (poll, never select)."""
     import select
 
