@@ -28,7 +28,7 @@ from typing import Callable
 from ...errors import VMError
 from . import cgroups, orphans, sandbox_fs, sandbox_log, seccomp
 from .common import create_time, log_tail
-from .sandbox_processes import KILL_WAIT_S, children, kill_sandbox, read_until
+from .sandbox_processes import KILL_WAIT_S, children, kill_sandbox, pidfd_of, read_until
 
 
 def launch(vm_id: str, vm_dir: Path, socket_path: Path, group: cgroups.VMCgroup,
@@ -67,7 +67,7 @@ def launch(vm_id: str, vm_dir: Path, socket_path: Path, group: cgroups.VMCgroup,
     private = {"pid": proc.pid, "create_time": create_time(proc.pid),
                "vm_dir": str(vm_dir), "cgroups": group.paths,
                "oom_baseline": cgroups.oom_counts(group.paths)}  # the folder's so far
-    bwrap_pidfd = _pidfd_of(proc.pid)  # our unreaped child: the pid cannot have been reused
+    bwrap_pidfd = pidfd_of(proc.pid, private["create_time"])
     try:
         deadline = time.monotonic() + boot_timeout_s
         info = read_until(info_r, b"}", deadline, boot_timeout_said, bwrap_pidfd)
@@ -96,11 +96,3 @@ def launch(vm_id: str, vm_dir: Path, socket_path: Path, group: cgroups.VMCgroup,
             if fd is not None:
                 os.close(fd)
     return private
-
-
-def _pidfd_of(pid: int) -> int | None:
-    """A pidfd of our child ``pid``, or None where pidfds do not exist (Linux < 5.3)."""
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return None

@@ -195,7 +195,7 @@ def _kill(private: dict, pid, init_pid, init_created, proc: subprocess.Popen | N
                 # first and signals only a child that still runs); waited for below
                 proc.send_signal(signal.SIGKILL)
                 continue
-            fd = _pidfd(target, created)
+            fd = pidfd_of(target, created)
             if fd is not None:
                 watched.append((target, created, fd))
                 try:
@@ -239,7 +239,7 @@ def _kill(private: dict, pid, init_pid, init_created, proc: subprocess.Popen | N
                 kill_unrecorded(Path(private["vm_dir"]))
 
 
-def _pidfd(pid, created) -> int | None:
+def pidfd_of(pid, created) -> int | None:
     """A pidfd of ``pid`` while it is the process that started at ``created`` (checked after
     the open, so the fd cannot name a process that took the pid since); None when it is
     gone, or where pidfds do not exist (Linux < 5.3)."""
@@ -404,8 +404,8 @@ def read_until(fd: int, terminator: bytes, deadline: float, budget: str,
     the bwrap of ``bwrap_pidfd`` has exited with the pipe still empty and open: its child,
     which holds the pipe's write end, waits for a word from bwrap that will never come (a
     bwrap killed after it reported the init, before it let it go on: the ready pipe), so no
-    EOF comes either. Any fd: a pool of a
-    few hundred VMs holds fds above select()'s 1023 (poll, never select)."""
+    EOF comes either. Any fd: a pool of a few hundred VMs holds fds above select()'s 1023
+    (poll, never select)."""
     import select
 
     poller = select.poll()
