@@ -266,13 +266,18 @@ def section_scaling(workdir: Path, spec: dict[str, Any]) -> list[dict[str, Any]]
     rows = []
     for m in spec["m"]:
         for n in spec["n"]:
-            row = run_one(workdir, f"scale-n{n}m{m}", mode="perf_call", tasks=spec["tasks"],
-                          think_s=spec["think_s"], vm_s=spec["vm_s"], workers=n, vms=m)
-            with_bounds(row, n, spec["think_s"])
+            row = scaling_cell(workdir, spec, n, m, spec["tasks"])
             rows.append(row)
             print(f"  scaling N={n:>2} M={m}: {row['makespan_s']:7.2f} s, "
                   f"{row['makespan_over_bound']:.2f} × bound", file=sys.stderr, flush=True)
     return rows
+
+
+def scaling_cell(workdir: Path, spec: dict[str, Any], n: int, m: int, tasks: int) -> dict[str, Any]:
+    """One cell of the scaling grid: design (a) with ``n`` rollouts on ``m`` VMs, with its bounds."""
+    row = run_one(workdir, f"scale-n{n}m{m}", mode="perf_call", tasks=tasks,
+                  think_s=spec["think_s"], vm_s=spec["vm_s"], workers=n, vms=m)
+    return with_bounds(row, n, spec["think_s"])
 
 
 def section_concurrent(workdir: Path, spec: dict[str, Any]) -> dict[str, Any]:
@@ -317,11 +322,9 @@ def run_cell(parser: argparse.ArgumentParser, cell: str) -> int:
     speed = cpu_probe()
     workdir = Path(tempfile.mkdtemp(prefix="pr-perf-cell-"))
     try:
-        row = run_one(workdir, f"cell-n{n}m{m}", mode="perf_call", tasks=tasks, think_s=spec["think_s"],
-                      vm_s=spec["vm_s"], workers=n, vms=m)
+        row = scaling_cell(workdir, spec, n, m, tasks)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    with_bounds(row, n, spec["think_s"])
     print(json.dumps({"n": n, "m": m, "tasks": tasks, "exit_code": row["exit_code"], "failures": row["failures"],
                       **{name: row.get(name) for name in CELL_FIELDS}, "speed": speed}))
     return 0 if row["exit_code"] == 0 else 1
