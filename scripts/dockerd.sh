@@ -18,6 +18,12 @@ state_dir="${PARALLEL_ROLLOUT_DOCKERD_DIR:-/tmp/parallel-rollout-dockerd}"
 pid_file="$state_dir/dockerd.pid"
 log_file="$state_dir/dockerd.log"
 wait_s="${PARALLEL_ROLLOUT_DOCKERD_WAIT_S:-60}"
+# Where dockerd keeps its pid file and, under its exec root, its containerd's: a daemon killed
+# by SIGKILL (a session torn down with everything in it) leaves both behind, and neither
+# starts again while its file names a process that exists, a zombie too
+run_dir="${PARALLEL_ROLLOUT_DOCKERD_RUN_DIR:-/var/run}"
+daemon_pid_file="$run_dir/docker.pid"
+containerd_pid_file="$run_dir/docker/containerd/containerd.pid"
 
 alive() {
   # running, not a zombie (a test session that adopts orphans reaps it only later)
@@ -28,14 +34,45 @@ alive() {
 
 answers() { timeout 10 docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
 
+is_a() {
+  # is_a PID NAME: PID's command is NAME (a zombie's is empty)
+  [ -n "$1" ] && [ -r "/proc/$1/cmdline" ] || return 1
+  tr '\0' ' ' < "/proc/$1/cmdline" | grep -q "^[^ ]*$2 "
+}
+
 recorded_pid() {
   # the recorded pid, if it is still a dockerd process
   [ -f "$pid_file" ] || return 1
   local pid
   pid="$(cat "$pid_file")"
-  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
-  tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q '^[^ ]*dockerd ' || return 1
+  is_a "$pid" dockerd || return 1
   echo "$pid"
+}
+
+clear_stale_pid_files() {
+  # A daemon still going down (signalled by someone else) gets the time a stop gives it; a
+  # pid file whose process is gone, a zombie or another program is removed, as dockerd's own
+  # "pid file found, ... delete /var/run/docker.pid" asks. A live containerd is left: the
+  # new daemon takes it over.
+  local pid
+  pid="$(cat "$daemon_pid_file" 2>/dev/null || true)"
+  for _ in $(seq 150); do
+    { alive "$pid" && is_a "$pid" dockerd; } || break
+    sleep 0.2
+  done
+  if alive "$pid" && is_a "$pid" dockerd; then
+    echo "dockerd $pid (of $daemon_pid_file) runs but does not answer; stop it or see its log" >&2
+    return 1
+  fi
+  if [ -f "$daemon_pid_file" ]; then
+    echo "removing $daemon_pid_file: it names no running dockerd (pid $pid)" >&2
+    rm -f "$daemon_pid_file"
+  fi
+  pid="$(cat "$containerd_pid_file" 2>/dev/null || true)"
+  if [ -f "$containerd_pid_file" ] && ! { alive "$pid" && is_a "$pid" containerd; }; then
+    echo "removing $containerd_pid_file: it names no running containerd (pid $pid)" >&2
+    rm -f "$containerd_pid_file"
+  fi
 }
 
 start() {
@@ -55,6 +92,7 @@ start() {
     echo "dockerd $pid (started earlier by this script) does not answer; see $log_file" >&2
     return 1
   fi
+  clear_stale_pid_files || return 1
   mkdir -p "$state_dir"
   # setsid: the daemon must not die with the shell or the test session's process group
   setsid dockerd --bridge=none --iptables=false >>"$log_file" 2>&1 </dev/null &

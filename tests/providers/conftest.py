@@ -6,8 +6,8 @@ something behind (containers, processes, overlays, sockets, folders). Run ids of
 share one prefix, so the checks see only what these tests made.
 
 The Docker daemon: when none answers, ``scripts/dockerd.sh start`` starts one exactly as
-``dockerd --bridge=none --iptables=false`` and records its pid; the session stops it at the
-end if it started it and no other test session still uses it (each holds a shared flock).
+``dockerd --bridge=none --iptables=false`` and records its pid; the last test session that
+uses it (each holds a shared flock) stops it at its end, whichever session started it.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ DOCKERD_SCRIPT = ROOT / "scripts" / "dockerd.sh"
 #: stand-in vmrun and VBoxManage over this machine's VMs (the ``standins`` fixture)
 STANDIN = ROOT / "tests" / "hypervisor_standin.py"
 DOCKERD_DIR = Path(os.environ.get("PARALLEL_ROLLOUT_DOCKERD_DIR", "/tmp/parallel-rollout-dockerd"))
+#: the pid of a daemon scripts/dockerd.sh started for a test session
+TESTS_DAEMON = DOCKERD_DIR / "started-by-tests"
 PROVIDERS = ("process", "docker", "qemu")
 
 # Like the process sandboxes (tests/conftest.py), this session's docker socket folders and
@@ -128,7 +130,6 @@ class ProcessHarness(Harness):
 class DockerHarness(Harness):
     name = "docker"
     boot_timeout_s = 60.0
-    started_dockerd = False
     _users_lock = None
 
     def prepare(self) -> None:
@@ -147,9 +148,13 @@ class DockerHarness(Harness):
                                                    if not k.startswith("PR_TEST_SANDBOX_")})
             if out.returncode != 0:
                 pytest.fail(f"scripts/dockerd.sh start failed: {out.stderr.strip()}")
-            DockerHarness.started_dockerd = out.stdout.startswith("started")
-        # A shared lock while this session uses the daemon: whoever started it stops it
-        # only when no other session holds one.
+            if out.stdout.startswith("started"):
+                # whichever test session ends last stops it, not only this one: one left to a
+                # session that is then torn down dies by SIGKILL (test_dockerd_script.py)
+                DOCKERD_DIR.mkdir(parents=True, exist_ok=True)
+                TESTS_DAEMON.write_text(out.stdout.split()[1])
+        # A shared lock while this session uses the daemon: the session that ends with no
+        # other holding one stops it, if a test session started it.
         DOCKERD_DIR.mkdir(parents=True, exist_ok=True)
         DockerHarness._users_lock = open(DOCKERD_DIR / "users.lock", "a")
         fcntl.flock(DockerHarness._users_lock, fcntl.LOCK_SH)
@@ -172,26 +177,36 @@ class DockerHarness(Harness):
 
     @classmethod
     def finish(cls) -> None:
-        """Stop the daemon this session started, unless another session still uses it."""
+        """Stop a daemon test sessions started once no other session uses it."""
         if cls._users_lock is None:
             return
         fcntl.flock(cls._users_lock, fcntl.LOCK_UN)
-        if cls.started_dockerd:
-            try:
-                fcntl.flock(cls._users_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                print("[docker] another test session uses dockerd: leaving it running")
-            else:
-                pid_file = DOCKERD_DIR / "dockerd.pid"
-                pid = int(pid_file.read_text()) if pid_file.exists() else None
+        try:
+            fcntl.flock(cls._users_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            print("[docker] another test session uses dockerd: leaving it to that one")
+        else:
+            pid = _tests_daemon()
+            if pid is not None:
                 subprocess.run([str(DOCKERD_SCRIPT), "stop"], capture_output=True, timeout=60)
-                if pid:
-                    try:  # this process adopted the daemon (a subreaper): collect its status
-                        os.waitpid(pid, os.WNOHANG)
-                    except ChildProcessError:
-                        pass
+                TESTS_DAEMON.unlink(missing_ok=True)
+                try:  # this process may have adopted the daemon (a subreaper): collect it
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
         cls._users_lock.close()
         cls._users_lock = None
+
+
+def _tests_daemon() -> int | None:
+    """The pid of the daemon a test session started, while scripts/dockerd.sh still records it
+    (a daemon a developer started with the script is not the tests' to stop)."""
+    try:
+        ours = int(TESTS_DAEMON.read_text())
+        recorded = int((DOCKERD_DIR / "dockerd.pid").read_text())
+    except (OSError, ValueError):
+        return None
+    return ours if ours == recorded else None
 
 
 class QemuHarness(Harness):
