@@ -27,7 +27,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "dockerd.sh"
 DOCKERD = shutil.which("dockerd", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
-PR_SET_CHILD_SUBREAPER = 36
+PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
 
 pytestmark = pytest.mark.skipif(
     DOCKERD is None or shutil.which("docker") is None or os.geteuid() != 0,
@@ -110,6 +110,8 @@ def test_a_pid_file_naming_another_live_process_is_removed_and_the_daemon_starts
 
 def test_a_daemon_killed_by_sigkill_leaves_a_zombie_and_the_next_start_still_starts(daemon):
     libc = ctypes.CDLL(None, use_errno=True)
+    was = ctypes.c_int()
+    assert libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(was), 0, 0, 0) == 0
     # this process adopts the daemon (the script's shell is gone) and keeps its zombie until
     # it reaps it: what a session's subreaper does while it is being torn down
     assert libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
@@ -131,7 +133,7 @@ def test_a_daemon_killed_by_sigkill_leaves_a_zombie_and_the_next_start_still_sta
         assert stopped.stdout.strip() == f"stopped {second}"
         assert not daemon.pid_file.exists(), "a stopped daemon's pid file is left"
     finally:
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, was.value, 0, 0, 0)
         adopted += daemon.processes()
         for proc in adopted:
             try:
