@@ -44,7 +44,7 @@ RUN_IMPLIED = "parallel_rollout.run_implied"
 #: PARALLEL_ROLLOUT_<NAME> variables that are no flag of run: the settings providers, modes
 #: and the guest read (README), and what ./dev and the pool pass their own processes
 SETTINGS_VARIABLES = frozenset({
-    "ATSPI", "ATSPI_TIMEOUT", "CACHE", "DEVTOOLS_PORTS", "DOCKERD_DIR", "DOCKERD_WAIT_S", "DOCKER_DIR",
+    "ATSPI", "ATSPI_TIMEOUT", "CACHE", "DEVTOOLS_PORTS", "DOCKERD_DIR", "DOCKERD_RUN_DIR", "DOCKERD_WAIT_S", "DOCKER_DIR",
     "FORKSERVER", "FORKSERVER_MAIN", "FORKSERVER_PLUGINS", "GRADED_HOME", "GRADING_SINCE", "GUEST_KEY", "NODE_DIR", "OSWORLD_CACHE", "OSWORLD_CDP_PORTS", "OSWORLD_SETTINGS",
     "PROCESS_DIR", "PROCESS_STANDBY", "PROG", "PYTEST_JUDGED", "QEMU_ACCEL", "QEMU_DIR", "SANDBOX_UID", "VM",
     "VM_HOST", "VM_ID", "VM_PORT", "WORDNET",
