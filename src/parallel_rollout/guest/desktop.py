@@ -82,7 +82,8 @@ DISPLAYS_TRIED = 64
 HELPER_TIMEOUT_S = 10.0
 #: seconds Xvfb and the window manager may take to come up
 START_TIMEOUT_S = 20.0
-#: seconds the session bus may take; a later one is killed and the desktop has no AT-SPI
+#: seconds the AT-SPI bus's activation may take (the session bus itself has the desktop's
+#: START_TIMEOUT_S, as Xvfb: a TCG guest on a loaded machine took more than 5 s for it)
 BUS_TIMEOUT_S = 5.0
 #: seconds the AT-SPI walker may take before /accessibility answers with the window list
 #: (LibreOffice's 2000 nodes take 2-7 s on a loaded machine); ``PARALLEL_ROLLOUT_ATSPI_TIMEOUT``
@@ -223,7 +224,6 @@ def start_desktop(width: int, height: int, wm: str = "openbox", display: str | N
         os.chmod(X11_SOCKETS, 0o1777)
     except OSError:
         pass  # there already, not ours: Xvfb says in agent.log if it cannot use it
-    bus_deadline = time.monotonic() + BUS_TIMEOUT_S
     read_fd, write_fd = os.pipe()
     xvfb = subprocess.Popen(as_user(
         ["Xvfb", DISPLAY, "-screen", "0", f"{width}x{height}x24", "-nolisten", "tcp", "-noreset",
@@ -249,7 +249,7 @@ def start_desktop(width: int, height: int, wm: str = "openbox", display: str | N
             raise RuntimeError(f"Xvfb never accepted a connection on {DISPLAY}")
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
-    _await_session_bus(bus, deadline, bus_deadline)
+    _await_session_bus(bus, deadline)
     state.update(width=width, height=height, xvfb=xvfb)
     argv = [wm]
     if wm == "openbox":
@@ -399,14 +399,15 @@ def _spawn_session_bus():
     return None
 
 
-def _await_session_bus(spawned, deadline: float, bus_deadline: float) -> None:
+def _await_session_bus(spawned, deadline: float) -> None:
     """Export the bus's address to every command the agent runs once dbus-daemon has said
-    it; a bus that fails or is late is killed and the desktop goes on without AT-SPI."""
+    it; a bus that fails or is not up by the desktop's ``deadline`` (Xvfb's too) is killed
+    and the desktop goes on without AT-SPI."""
     if spawned is None:
         return
     bus, read_fd = spawned
     try:
-        address = _read_line(read_fd, min(deadline, bus_deadline), "dbus-daemon").decode().strip()
+        address = _read_line(read_fd, deadline, "dbus-daemon").decode().strip()
     except RuntimeError as exc:
         bus.kill()
         bus.wait()
