@@ -40,6 +40,8 @@ is_a() {
   tr '\0' ' ' < "/proc/$1/cmdline" | grep -q "^[^ ]*$2 "
 }
 
+running() { alive "$1" && is_a "$1" "$2"; }  # running PID NAME
+
 recorded_pid() {
   # the recorded pid, if it is still a dockerd process
   [ -f "$pid_file" ] || return 1
@@ -57,10 +59,10 @@ clear_stale_pid_files() {
   local pid
   pid="$(cat "$daemon_pid_file" 2>/dev/null || true)"
   for _ in $(seq 150); do
-    { alive "$pid" && is_a "$pid" dockerd; } || break
+    running "$pid" dockerd || break
     sleep 0.2
   done
-  if alive "$pid" && is_a "$pid" dockerd; then
+  if running "$pid" dockerd; then
     echo "dockerd $pid (of $daemon_pid_file) runs but does not answer; stop it or see its log" >&2
     return 1
   fi
@@ -69,7 +71,7 @@ clear_stale_pid_files() {
     rm -f "$daemon_pid_file"
   fi
   pid="$(cat "$containerd_pid_file" 2>/dev/null || true)"
-  if [ -f "$containerd_pid_file" ] && ! { alive "$pid" && is_a "$pid" containerd; }; then
+  if [ -f "$containerd_pid_file" ] && ! running "$pid" containerd; then
     echo "removing $containerd_pid_file: it names no running containerd (pid $pid)" >&2
     rm -f "$containerd_pid_file"
   fi
