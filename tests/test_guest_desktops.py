@@ -22,6 +22,7 @@ import pytest
 
 from conftest import ROOT
 from desktop_support import pixels
+from parallel_rollout.guest import desktop
 from parallel_rollout.guest.client import GuestClient
 
 pytestmark = pytest.mark.skipif(
@@ -146,7 +147,7 @@ def test_an_agent_whose_desktop_cannot_start_leaves_no_session_bus_behind(tmp_pa
     assert not left, [p.info["cmdline"] for p in left]
 
 
-@pytest.mark.skipif(not shutil.which("dbus-daemon") or not os.path.exists("/usr/libexec/at-spi-bus-launcher"),
+@pytest.mark.skipif(not shutil.which("dbus-daemon") or not desktop.find(desktop.BUS_LAUNCHER, desktop.LIBEXEC_DIRS),
                     reason="dbus-daemon or at-spi2-core is not installed")
 def test_a_session_bus_slower_than_five_seconds_still_gives_the_desktop_its_at_spi(tmp_path):
     """The session bus had 5 s to say its address where Xvfb had 20: a qemu guest under TCG on a

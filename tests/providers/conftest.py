@@ -136,6 +136,7 @@ class DockerHarness(Harness):
         """A daemon (started by scripts/dockerd.sh when none answers) and the guest image."""
         if shutil.which("docker") is None:
             pytest.skip("the docker CLI is not installed (./dev installs docker.io)")
+        DOCKERD_DIR.mkdir(parents=True, exist_ok=True)
         if not _docker_answers():
             if shutil.which("dockerd", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") is None:
                 pytest.skip("no Docker daemon answers and dockerd is not installed "
@@ -151,11 +152,9 @@ class DockerHarness(Harness):
             if out.stdout.startswith("started"):
                 # whichever test session ends last stops it, not only this one: one left to a
                 # session that is then torn down dies by SIGKILL (test_dockerd_script.py)
-                DOCKERD_DIR.mkdir(parents=True, exist_ok=True)
                 TESTS_DAEMON.write_text(out.stdout.split()[1])
         # A shared lock while this session uses the daemon: the session that ends with no
         # other holding one stops it, if a test session started it.
-        DOCKERD_DIR.mkdir(parents=True, exist_ok=True)
         DockerHarness._users_lock = open(DOCKERD_DIR / "users.lock", "a")
         fcntl.flock(DockerHarness._users_lock, fcntl.LOCK_SH)
         super().prepare()

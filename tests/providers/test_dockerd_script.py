@@ -69,6 +69,17 @@ class Daemon:
                 found.append(proc)
         return found
 
+    def kill(self, known: list[psutil.Process] = ()) -> None:
+        """Kill, by pid, ``known`` and what is left of this daemon (a killed one's containerd),
+        and reap those this process adopted."""
+        left = [*known, *self.processes()]
+        for proc in left:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(left, timeout=10)
+
 
 @pytest.fixture
 def daemon():
@@ -77,12 +88,7 @@ def daemon():
     d = Daemon(base)
     yield d
     d.script("stop")
-    for proc in d.processes():  # a killed daemon's containerd, by its pid
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(d.processes(), timeout=10)
+    d.kill()
     # dockerd binds its data root onto itself; a killed one leaves that mount
     with open("/proc/self/mounts") as mounts:
         points = [line.split()[1] for line in mounts if line.split()[1].startswith(str(base))]
@@ -134,10 +140,4 @@ def test_a_daemon_killed_by_sigkill_leaves_a_zombie_and_the_next_start_still_sta
         assert not daemon.pid_file.exists(), "a stopped daemon's pid file is left"
     finally:
         libc.prctl(PR_SET_CHILD_SUBREAPER, was.value, 0, 0, 0)
-        adopted += daemon.processes()
-        for proc in adopted:
-            try:
-                proc.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(adopted, timeout=10)  # reaps those this process adopted
+        daemon.kill(adopted)
